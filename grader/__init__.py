@@ -1,0 +1,1 @@
+"""attention-labs: a course kit and sandboxed autograder for attention and Transformer labs."""
