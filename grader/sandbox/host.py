@@ -1,0 +1,235 @@
+"""The trusted side of the sandbox: start a zygote, get workers, talk to them with deadlines.
+
+The zygote is a separate interpreter (``zygote.py``) started with an empty environment, so
+nothing the grader holds (rubric, suites, references, secrets in the environment) is in its
+memory. Workers are forked from it; the grader talks to each over its own socket, enforces
+the wall-clock limit of every call, and kills the worker's whole PID namespace (or session)
+when it is out of time or misbehaves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.sandbox import wire
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+SLOT_UID_BASE = 61000   # root mode: slot n runs as uid 61000 + n
+START_TIMEOUT_S = 60.0
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the student's code)."""
+
+
+class WorkerTimeout(Exception):
+    """A call ran past its wall-clock limit; the worker was killed."""
+
+
+class WorkerDied(Exception):
+    """The worker exited or broke the protocol during a call; it was killed."""
+
+
+@dataclass
+class Limits:
+    """Per-worker resource limits (a worker serves one lab of one submission)."""
+    cpu_s: int = 120
+    memory_mb: int = 1024      # on top of what the torch-loaded zygote already maps
+    file_mb: int = 16
+    tmp_mb: int = 32
+    open_files: int = 64
+    processes: int = 32
+    reply_mb: int = 64
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def read_only_paths() -> list[str]:
+    """What a worker may see: system libraries, the interpreter and its site-packages."""
+    candidates = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache",
+                  sys.base_prefix, sys.prefix]
+    candidates += [p for p in sys.path if "site-packages" in p or "dist-packages" in p]
+    out: list[str] = []
+    for p in candidates:
+        # Top-level links (/lib -> usr/lib) are recreated as links; everything else is bound
+        # by its real path, once, and not again inside a tree already bound.
+        if not (os.path.islink(p) and p.count("/") == 1):
+            p = os.path.realpath(p)
+        if not os.path.lexists(p) or any(p == q or p.startswith(q + "/") for q in out):
+            continue
+        out = [q for q in out if not q.startswith(p + "/")] + [p]
+    return sorted(out, key=lambda x: x.count("/"))
+
+
+def hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Secret paths to cover if they fall inside a bound tree: the grader package and more."""
+    grader_pkg = str(Path(__file__).resolve().parent.parent)
+    return [grader_pkg, *[str(Path(p).resolve()) for p in extra]]
+
+
+@dataclass
+class Worker:
+    """One live worker process, reached over ``sock``."""
+    pid: int
+    sock: socket.socket
+    mode: str
+    reply_bytes: int
+    alive: bool = True
+
+    def request(self, req: dict, *, timeout_s: float):
+        """Send one request and wait for its reply, at most ``timeout_s`` seconds."""
+        if not self.alive:
+            raise WorkerDied("the worker is no longer running")
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.sock.settimeout(max(0.001, timeout_s))
+            self.sock.sendall(wire.encode(req))
+            # Wait for the first byte with select, then read the frame with the rest of the
+            # budget: a worker that stops half-way through a frame is also out of time.
+            remaining = deadline - time.monotonic()
+            ready, _, _ = select.select([self.sock], [], [], max(0.0, remaining))
+            if not ready:
+                raise WorkerTimeout()
+            self.sock.settimeout(max(0.001, deadline - time.monotonic()) + 1.0)
+            return wire.recv_frame(self.sock, max_bytes=self.reply_bytes)
+        except WorkerTimeout:
+            self.kill()
+            raise
+        except socket.timeout:
+            self.kill()
+            raise WorkerTimeout() from None
+        except (wire.WireError, OSError) as exc:
+            self.kill()
+            raise WorkerDied(str(exc)) from None
+
+    def kill(self) -> None:
+        """End the worker and everything it started (its PID namespace, or its session)."""
+        if not self.alive:
+            return
+        self.alive = False
+        for target in (lambda: os.kill(self.pid, signal.SIGKILL),
+                       lambda: os.killpg(self.pid, signal.SIGKILL)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+@dataclass
+class Zygote:
+    """A torch-loaded zygote process; ``spawn`` forks a locked-down worker from it."""
+    forbidden: tuple[str, ...] = ()
+    slot: int = 0
+    mode: str = "auto"
+    limits: Limits = field(default_factory=Limits)
+    hide: tuple[str, ...] = ()
+    _proc: subprocess.Popen | None = None
+    _control: socket.socket | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> "Zygote":
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        os.set_inheritable(theirs.fileno(), True)
+        # Empty environment and cwd "/": the zygote inherits no secrets (argv: the fd only).
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", str(ZYGOTE), str(theirs.fileno())],
+            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            # GRADER_SANDBOX_DEBUG=1 shows the zygote's and workers' own failures.
+            stderr=None if os.environ.get("GRADER_SANDBOX_DEBUG") else subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+        )
+        theirs.close()
+        self._control = ours
+        ours.send(json.dumps({"mode": self.mode, "forbidden": list(self.forbidden)}).encode())
+        ours.settimeout(START_TIMEOUT_S)
+        try:
+            hello = json.loads(ours.recv(1 << 16) or b"{}")
+        except (socket.timeout, ValueError):
+            hello = {}
+        if not hello.get("ready"):
+            self.close()
+            raise SandboxError("the sandbox zygote did not start (is torch installed?)")
+        self.mode = hello["mode"]
+        ours.settimeout(None)
+        return self
+
+    def spawn(self, *, submission: str, lab: str, forbidden: list[str]) -> Worker:
+        """A fresh worker for ``lab`` whose only files are those in ``submission``."""
+        if self._control is None:
+            self.start()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        config = {
+            "submission": submission,
+            "lab": lab,
+            "forbidden": list(forbidden),
+            "uid": SLOT_UID_BASE + self.slot if self.mode == "root" else None,
+            "read_only_paths": read_only_paths(),
+            "hide_paths": hidden_paths(self.hide),
+            "limits": self.limits.to_dict(),
+            "debug": bool(os.environ.get("GRADER_SANDBOX_DEBUG")),
+        }
+        with self._lock:
+            try:
+                socket.send_fds(self._control, [json.dumps({"op": "spawn", "config": config}).encode()],
+                                [theirs.fileno()])
+                self._control.settimeout(START_TIMEOUT_S)
+                reply = json.loads(self._control.recv(1 << 16) or b"{}")
+            except (OSError, ValueError) as exc:
+                raise SandboxError(f"the sandbox zygote stopped answering: {exc}") from None
+            finally:
+                theirs.close()
+        if "pid" not in reply:
+            ours.close()
+            raise SandboxError(f"could not start a worker: {reply.get('error', 'no reply')}")
+        return Worker(pid=int(reply["pid"]), sock=ours, mode=self.mode,
+                      reply_bytes=self.limits.reply_mb << 20)
+
+    def close(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._proc is not None:
+            try:
+                self._proc.kill()
+            except ProcessLookupError:
+                pass
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_scratch(files: dict[str, bytes]) -> tempfile.TemporaryDirectory:
+    """A private folder holding copies of the submission's lab files, readable by workers."""
+    scratch = tempfile.TemporaryDirectory(prefix="grader-sub-")
+    os.chmod(scratch.name, 0o755)
+    for name, data in files.items():
+        path = os.path.join(scratch.name, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(path, 0o644)
+    return scratch
