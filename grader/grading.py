@@ -1,0 +1,234 @@
+"""Grading as an ordered pipeline: sanitize, run, collect, score.
+
+``grade_submission`` is the Python API behind ``grader check`` and ``grader grade``:
+
+1. sanitize: copy only the rubric's lab files out of the submission (regular files, no
+   links, size-capped, UTF-8) into a private scratch folder; say what was wrong otherwise;
+2. run: import each lab in a sandbox worker, then run the lab's suites under pytest with
+   the grading plugin (student code runs only in the workers);
+3. collect + score: one ``TestResult`` per rubric test, points from the rubric only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from grader import paths
+from grader.plugin import GradingPlugin, Outcome
+from grader.results import LabResult, SubmissionResult, TestResult
+from grader.rubric import Rubric, load_rubric
+from grader.sandbox import Zygote, make_scratch
+from grader.student import Session
+
+MAX_FILE_BYTES = 1 << 20      # a lab file larger than 1 MiB is refused
+SEARCH_DEPTH = 3              # lab files may sit this many folders deep (zipped folders)
+
+
+class SubmissionError(Exception):
+    """The submission as a whole cannot be graded (e.g. the path does not exist)."""
+
+
+@dataclass
+class Sanitized:
+    files: dict[str, bytes] = field(default_factory=dict)     # file name -> contents
+    problems: dict[str, str] = field(default_factory=dict)    # lab -> why it cannot be graded
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_regular(path: Path) -> bytes:
+    """Read a regular file without following a link at the last component."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ValueError(f"is {st.st_size / 2**20:.1f} MiB; the limit is "
+                             f"{MAX_FILE_BYTES >> 20} MiB")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _find(root: Path, name: str) -> Path | None:
+    """``root/name``, or the first ``name`` up to SEARCH_DEPTH folders down (no links)."""
+    if os.path.lexists(root / name):
+        return root / name
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        depth = len(Path(dirpath).relative_to(root).parts)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+        if depth >= SEARCH_DEPTH:
+            dirnames[:] = []
+        if name in filenames:
+            return Path(dirpath) / name
+    return None
+
+
+def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
+    """Only the rubric's lab files cross into the scratch copy; everything else is ignored."""
+    out = Sanitized()
+    if not os.path.lexists(submission):
+        raise SubmissionError(f"{submission}: no such file or folder")
+    if submission.is_symlink():
+        raise SubmissionError(f"{submission}: is a symbolic link; submit the folder itself")
+    if submission.is_file():
+        root, only = submission.parent, submission.name
+    elif submission.is_dir():
+        root, only = submission, None
+    else:
+        raise SubmissionError(f"{submission}: not a file or folder")
+    for lab in labs:
+        spec = rubric.labs[lab]
+        if only is not None and only != spec.file:
+            out.problems[lab] = f"{spec.file} was not found in the submission"
+            continue
+        path = _find(root, spec.file)
+        if path is None:
+            out.problems[lab] = f"{spec.file} was not found in the submission"
+            continue
+        rel = path.relative_to(root)
+        if path.is_symlink():
+            out.problems[lab] = f"{rel} is a symbolic link; submit the file itself"
+            continue
+        try:
+            data = _read_regular(path)
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            out.problems[lab] = f"{rel} {reason}"
+            continue
+        if b"\x00" in data:
+            out.problems[lab] = f"{rel} is a binary file, not Python source"
+            continue
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            out.problems[lab] = (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+                                 "save the file as UTF-8")
+            continue
+        if not data.strip():
+            out.problems[lab] = f"{rel} is empty"
+            continue
+        if rel != Path(spec.file):
+            out.notes.append(f"{spec.file} was found at {rel}")
+        out.files[spec.file] = data
+    return out
+
+
+def _suite_files(lab: str, visibility: tuple[str, ...]) -> list[str]:
+    return [str(f) for v in visibility
+            if (f := paths.SUITES / v / f"test_{lab}.py").is_file()]
+
+
+def run_suites(session: Session, rubric: Rubric, labs: list[str],
+               visibility: tuple[str, ...]) -> tuple[list[Outcome], list[str]]:
+    """Run the suites of ``labs`` under pytest in this (trusted) process."""
+    files = [f for lab in labs for f in _suite_files(lab, visibility)]
+    if not files:
+        return [], []
+    plugin = GradingPlugin(rubric=rubric, session=session)
+    args = [*files, "-c", str(paths.SUITES / "pytest.ini"), "--rootdir", str(paths.SUITES),
+            "--import-mode=importlib", "-p", "no:terminal", "-p", "no:cacheprovider",
+            "-p", "no:warnings"]
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        pytest.main(args, plugins=[plugin])
+    return plugin.outcomes, plugin.collection_errors
+
+
+def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tuple[str, ...],
+          outcomes: list[Outcome], lab_problems: dict[str, tuple[str, str]],
+          collection_errors: list[str]) -> SubmissionResult:
+    """One TestResult per rubric test; a parametrized test passes only if all cases pass."""
+    by_test: dict[tuple[str, str], list[Outcome]] = {}
+    for o in outcomes:
+        by_test.setdefault((o.lab, o.name), []).append(o)
+    result = SubmissionResult(submission=submission_name)
+    for lab in labs:
+        spec = rubric.labs[lab]
+        status, message = lab_problems.get(lab, ("graded", ""))
+        lab_result = LabResult(name=lab, title=spec.title, file=spec.file, status=status,
+                               message=message)
+        for name, t in spec.tests.items():
+            if t.visibility not in visibility:
+                continue
+            cases = by_test.get((lab, name), [])
+            if status != "graded":
+                passed, msg, desc, dur = False, message, "", 0.0
+            elif not cases:
+                passed, msg, desc, dur = False, "the test did not run (a grader error)", "", 0.0
+                if collection_errors:
+                    result.status = "grader error: a suite failed to load"
+            else:
+                failed = [c for c in cases if not c.passed]
+                passed = not failed
+                desc = cases[0].description
+                dur = sum(c.duration_s for c in cases)
+                msg = ""
+                if failed:
+                    first = failed[0]
+                    case = f"[{first.case}] " if first.case and t.visibility == "public" else ""
+                    msg = case + first.message
+                    if len(cases) > 1:
+                        msg = f"{len(failed)} of {len(cases)} cases failed. " + msg
+            lab_result.tests.append(TestResult(
+                lab=lab, name=name, description=desc, visibility=t.visibility,
+                max_score=t.points, passed=passed, message=msg, duration_s=dur))
+        result.labs.append(lab_result)
+    return result
+
+
+def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
+                     labs: list[str] | None = None,
+                     visibility: tuple[str, ...] = ("public", "hidden"),
+                     zygote: Zygote | None = None, name: str | None = None) -> SubmissionResult:
+    """Grade one submission (a folder of lab files, or one lab file)."""
+    started = time.monotonic()
+    rubric = rubric or load_rubric(paths.RUBRIC)
+    submission = Path(submission)
+    labs = list(labs or rubric.labs)
+    for lab in labs:
+        if lab not in rubric.labs:
+            raise SubmissionError(f"unknown lab {lab!r}; the labs are {', '.join(rubric.labs)}")
+    clean = sanitize(submission, rubric, labs)
+    problems = {lab: ("missing" if "not found" in why else "error", why)
+                for lab, why in clean.problems.items()}
+    own_zygote = zygote is None
+    if own_zygote:
+        zygote = Zygote(forbidden=tuple(sorted({f for l in rubric.labs.values()
+                                                for f in l.forbidden}))).start()
+    scratch = make_scratch(clean.files)
+    session = Session(zygote=zygote, submission_dir=scratch.name,
+                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()})
+    try:
+        runnable = []
+        for lab in labs:
+            if lab in problems:
+                continue
+            session.start_test(rubric.labs[lab].time_limit_s)
+            error = session.probe(lab)
+            if error is not None:
+                problems[lab] = ("import_error", error.describe(hidden=False))
+            else:
+                runnable.append(lab)
+        outcomes, collection_errors = run_suites(session, rubric, runnable, visibility)
+    finally:
+        session.close()
+        scratch.cleanup()
+        if own_zygote:
+            zygote.close()
+    result = score(name or submission.name, rubric, labs, visibility, outcomes, problems,
+                   collection_errors)
+    result.notes.extend(clean.notes)
+    result.execution_time = time.monotonic() - started
+    return result

@@ -1,0 +1,118 @@
+"""The grading hooks, as a pytest plugin: fixtures, per-test time limits, result capture.
+
+``GradingPlugin`` is registered by ``grader.grading`` when it runs the suites (pytest runs
+in the trusted process; student code only ever runs in sandbox workers behind the
+``student`` fixture). It gives each test its ``student`` proxy, its rubric tolerance and a
+seeded generator, starts the test's wall-clock budget, and records every outcome with a
+message fit for the test's visibility.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.compare import Mismatch
+from grader.rubric import Rubric
+from grader.student import Session, StudentError, StudentLab
+
+STDOUT_SHOWN = 600
+
+
+@dataclass
+class Outcome:
+    lab: str
+    name: str            # test function name (the rubric key)
+    case: str            # the parametrization id, or ""
+    visibility: str
+    passed: bool
+    message: str
+    duration_s: float
+    description: str
+
+
+def lab_of(item) -> str:
+    return Path(str(item.fspath)).stem.removeprefix("test_")
+
+
+def visibility_of(item) -> str:
+    return Path(str(item.fspath)).parent.name
+
+
+def describe_failure(exc: BaseException, *, hidden: bool, description: str, stdout: str) -> str:
+    """What the student reads for a failed test; hidden tests never show values."""
+    if isinstance(exc, Mismatch):
+        text = exc.hidden if hidden else exc.public
+    elif isinstance(exc, StudentError):
+        text = exc.describe(hidden=hidden)
+    elif isinstance(exc, AssertionError):
+        detail = str(exc).split("\nassert ")[0].strip()
+        text = "a check failed" + ("" if hidden or not detail else f": {detail}")
+    else:
+        # The test could not use what student code returned (e.g. one value where the
+        # contract promises a tuple): say so, without the test's internals.
+        text = (f"the returned value has the wrong form ({type(exc).__name__}"
+                + ("" if hidden else f": {exc}") + "); check the contract's return types")
+    if stdout and not hidden:
+        text += "\nYour code printed:\n" + stdout[:STDOUT_SHOWN]
+    return text
+
+
+class GradingPlugin:
+    def __init__(self, *, rubric: Rubric, session: Session):
+        self.rubric = rubric
+        self.session = session
+        self.outcomes: list[Outcome] = []
+        self.collection_errors: list[str] = []
+
+    # -- fixtures -------------------------------------------------------------------------
+    @pytest.fixture
+    def student(self, request) -> StudentLab:
+        return StudentLab(self.session, lab_of(request.node))
+
+    @pytest.fixture
+    def tol(self, request):
+        return self._rubric_test(request.node).tolerance
+
+    @pytest.fixture
+    def gen(self, request) -> torch.Generator:
+        # crc32 of the node id, not hash(): the same inputs on every run and machine.
+        return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _rubric_test(self, item):
+        return self.rubric.test(lab_of(item), item.originalname)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.collection_errors.append(f"{report.nodeid}: {report.longreprtext[-2000:]}")
+
+    def pytest_runtest_setup(self, item):
+        self.session.start_test(self._rubric_test(item).time_limit_s)
+        self.session.last_stdout = ""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call" or (report.when == "setup" and report.failed):
+            hidden = visibility_of(item) == "hidden"
+            description = (item.function.__doc__ or "").strip().splitlines()[0:1]
+            description = description[0] if description else ""
+            message = ""
+            if report.failed and call.excinfo is not None:
+                message = describe_failure(call.excinfo.value, hidden=hidden,
+                                           description=description,
+                                           stdout=self.session.last_stdout)
+            elif report.skipped:
+                message = "the test was skipped, which counts as failed"
+            callspec = getattr(item, "callspec", None)
+            self.outcomes.append(Outcome(
+                lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",
+                visibility=visibility_of(item), passed=report.passed and report.when == "call",
+                message=message, duration_s=report.duration, description=description,
+            ))

@@ -1,0 +1,244 @@
+"""The ``student`` proxy: how the suites reach student code without ever running it here.
+
+Every call becomes a request to an isolated worker (``grader.sandbox``) serving one lab of
+one submission; only plain values come back. A test's wall-clock budget (from the rubric)
+covers all its calls: the worker is killed when it runs out, and a fresh one serves the
+next test. See docs/internals.md section 3 for the API the suites use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from grader.sandbox import SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote
+
+
+class StudentError(Exception):
+    """Student code failed: raised, crashed, hung or could not be imported.
+
+    ``kind`` is one of: exception, not_implemented, forbidden, import, timeout, crash.
+    """
+
+    def __init__(self, *, kind: str, type_name: str = "", mro=(), message: str = "",
+                 where: str = "", lab: str = "", stdout: str = ""):
+        self.kind, self.type_name, self.mro = kind, type_name, tuple(mro)
+        self.message, self.where, self.lab, self.stdout = message, where, lab, stdout
+        super().__init__(self.describe(hidden=False))
+
+    def describe(self, *, hidden: bool) -> str:
+        """A teaching sentence. Hidden tests keep the kind and place, not the message text."""
+        at = f" at {self.where}" if self.where else ""
+        if self.kind == "not_implemented":
+            return f"not implemented yet ({self.message or self.type_name}{at})"
+        if self.kind == "timeout":
+            return self.message
+        if self.kind == "crash":
+            return f"your code crashed the worker process{at}: {self.message}"
+        if self.kind == "forbidden":
+            return f"forbidden API: {self.message}"
+        if self.kind == "import":
+            return f"{self.lab}.py could not be imported: {self.type_name}{at}: {self.message}"
+        if hidden:
+            return f"your code raised {self.type_name}{at}"
+        return f"your code raised {self.type_name}{at}: {self.message}"
+
+
+class StudentTimeout(StudentError):
+    pass
+
+
+def _error_from_reply(err: dict, lab: str, stdout: str) -> StudentError:
+    mro = err.get("mro") or [err.get("type", "Exception")]
+    if "ForbiddenAPIError" in mro:
+        kind = "forbidden"
+    elif err.get("import_failed"):
+        kind = "import"
+    elif "NotImplementedError" in mro:
+        kind = "not_implemented"
+    else:
+        kind = "exception"
+    return StudentError(kind=kind, type_name=str(err.get("type", "Exception")), mro=mro,
+                        message=str(err.get("message", "")), where=str(err.get("where", "")),
+                        lab=lab, stdout=stdout)
+
+
+@dataclass
+class Session:
+    """The workers for one submission: at most one live worker per lab."""
+    zygote: Zygote
+    submission_dir: str
+    forbidden: dict[str, tuple[str, ...]]          # lab -> dotted names it may not use
+    deadline: float = float("inf")                  # monotonic time the current test ends
+    time_limit_s: float = 10.0
+    workers: dict[str, Worker] = field(default_factory=dict)
+    last_stdout: str = ""
+
+    def start_test(self, time_limit_s: float) -> None:
+        self.time_limit_s = time_limit_s
+        self.deadline = time.monotonic() + time_limit_s
+
+    def request(self, lab: str, req: dict):
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timeout(lab)
+        worker = self.workers.get(lab)
+        if worker is None or not worker.alive:
+            try:
+                worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
+                                           forbidden=list(self.forbidden.get(lab, ())))
+            except SandboxError as exc:
+                raise StudentError(kind="crash", message=f"the sandbox failed: {exc}", lab=lab)
+            self.workers[lab] = worker
+        try:
+            reply = worker.request(req, timeout_s=remaining)
+        except WorkerTimeout:
+            raise self._timeout(lab) from None
+        except WorkerDied as exc:
+            raise StudentError(
+                kind="crash", lab=lab,
+                message="it exited or was killed before answering (os._exit, a signal, "
+                        f"a segfault, or a resource limit: memory, CPU time, files) [{exc}]",
+            ) from None
+        if not isinstance(reply, dict):
+            worker.kill()
+            raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
+        self.last_stdout = str(reply.get("stdout", ""))[:4000]
+        if "error" in reply and isinstance(reply["error"], dict):
+            raise _error_from_reply(reply["error"], lab, self.last_stdout)
+        if "ok" not in reply:
+            worker.kill()
+            raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
+        return reply["ok"]
+
+    def _timeout(self, lab: str) -> StudentTimeout:
+        return StudentTimeout(
+            kind="timeout", lab=lab,
+            message=f"time limit of {self.time_limit_s:g} s exceeded (an infinite loop, or "
+                    "work that grows too fast with the input size?)",
+        )
+
+    def probe(self, lab: str) -> StudentError | None:
+        """Import the lab in a worker; the import error, if any."""
+        try:
+            self.request(lab, {"op": "probe"})
+        except StudentError as exc:
+            return exc
+        return None
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.kill()
+        self.workers.clear()
+
+
+@dataclass
+class GradResult:
+    """What ``student.grad`` returns: the forward output and the gradients."""
+    output: object
+    input_grads: tuple
+    param_grads: dict
+
+
+def _check_args(values) -> None:
+    """Fail early, in the test's own process, on a value the wire cannot carry."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            _check_args(v)
+        elif isinstance(v, dict):
+            _check_args(v.values())
+        elif not (v is None or isinstance(v, (torch.Tensor, bool, int, float, str))):
+            raise TypeError(f"a test passed a {type(v).__name__} to student code")
+
+
+class StudentLab:
+    """The ``student`` fixture: one lab of the submission under test."""
+
+    def __init__(self, session: Session, lab: str):
+        self._session, self.lab = session, lab
+
+    def _request(self, req: dict):
+        _check_args(req.get("args", ()))
+        _check_args(req.get("kwargs", {}).values())
+        return self._session.request(self.lab, req)
+
+    def call(self, name: str, *args, seed: int = 0, **kwargs):
+        """``<lab>.<name>(*args, **kwargs)`` in the worker."""
+        return self._request({"op": "call", "target": name, "args": list(args),
+                              "kwargs": kwargs, "seed": seed})
+
+    def module(self, class_name: str, *args, **kwargs) -> "ModuleHandle":
+        """A handle on ``<lab>.<class_name>(*args, **kwargs)``, built afresh for every call."""
+        return ModuleHandle(self, class_name, list(args), kwargs)
+
+    def grad(self, target, *args, grad_outputs, seed: int = 0, **kwargs) -> GradResult:
+        """Forward and backward in the worker; gradients of sum(output * grad_output)."""
+        req = {"op": "grad", "args": list(args), "kwargs": kwargs, "seed": seed,
+               "grad_outputs": list(grad_outputs)}
+        if isinstance(target, ModuleHandle):
+            req.update(target._spec())
+        else:
+            req["target"] = target
+        res = self._request(req)
+        if not isinstance(res, dict) or set(res) != {"output", "input_grads", "param_grads"}:
+            raise StudentError(kind="crash", lab=self.lab, message="malformed gradient reply")
+        return GradResult(res["output"], tuple(res["input_grads"]), dict(res["param_grads"]))
+
+    @contextlib.contextmanager
+    def raises(self, type_name: str):
+        """Pass only if the student's code raised ``type_name`` (or a subclass of it)."""
+        try:
+            yield
+        except StudentError as exc:
+            if exc.kind in ("exception",) and type_name in exc.mro:
+                return
+            if exc.kind != "exception":
+                raise
+            raise AssertionError(
+                f"expected a {type_name}, but your code raised {exc.type_name}"
+                + (f" at {exc.where}" if exc.where else "")
+            ) from None
+        raise AssertionError(f"expected a {type_name} to be raised, but the call returned normally")
+
+
+class ModuleHandle:
+    """A student ``nn.Module`` described by its constructor call, weights and mode."""
+
+    def __init__(self, lab: StudentLab, class_name: str, args: list, kwargs: dict):
+        self._lab, self.class_name = lab, class_name
+        self._ctor = {"args": args, "kwargs": kwargs}
+        self._state_dict = None
+        self._train = False
+
+    def _spec(self) -> dict:
+        return {"target": self.class_name, "ctor": self._ctor, "state_dict": self._state_dict,
+                "train": self._train}
+
+    def load_state_dict(self, state_dict: dict) -> "ModuleHandle":
+        self._state_dict = {k: v.detach().clone() for k, v in state_dict.items()}
+        return self
+
+    def train(self, mode: bool = True) -> "ModuleHandle":
+        self._train = bool(mode)
+        return self
+
+    def eval(self) -> "ModuleHandle":
+        return self.train(False)
+
+    def state_dict(self) -> dict:
+        sd = self._lab._request({**self._spec(), "op": "state_dict", "args": [], "kwargs": {},
+                                 "seed": 0})
+        if not isinstance(sd, dict):
+            raise StudentError(kind="crash", lab=self._lab.lab, message="malformed state dict")
+        return sd
+
+    def buffer(self, name: str) -> torch.Tensor:
+        return self._lab._request({**self._spec(), "op": "buffer", "name": name, "args": [],
+                                   "kwargs": {}, "seed": 0})
+
+    def __call__(self, *args, seed: int = 0, **kwargs):
+        return self._lab._request({**self._spec(), "op": "call", "args": list(args),
+                                   "kwargs": kwargs, "seed": seed})

@@ -1,0 +1,245 @@
+"""Input builders and PyTorch references shared by the public and hidden test suites.
+
+Everything here runs in the trusted grading process and never touches student code: the
+suites reach a submission only through the ``student`` fixture (docs/internals.md section 3).
+
+References are computed in float64 (also for float32 tests) and cast to the dtype the student
+must return, so a float32 comparison measures only the student's own rounding.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# --------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------
+
+
+def randn(gen, *shape, dtype=torch.float32, scale=1.0):
+    """Seeded standard-normal tensor (times ``scale``) of the given dtype."""
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+
+def random_mask(gen, *shape, p_true=0.6):
+    """Seeded bool mask (True = may attend) in which every row (last axis) allows >= 1 key."""
+    mask = torch.rand(*shape, generator=gen) < p_true
+    keep = torch.randint(shape[-1], (*shape[:-1], 1), generator=gen)
+    return mask.scatter(-1, keep, True)
+
+
+def tril_mask(seq_q, seq_k=None):
+    """Causal mask (True where key j <= query i + seq_k - seq_q), built independently of the student."""
+    seq_k = seq_q if seq_k is None else seq_k
+    return torch.ones(seq_q, seq_k, dtype=torch.bool).tril(seq_k - seq_q)
+
+
+def permutation(gen, n):
+    """A seeded permutation of range(n) that is not the identity."""
+    perm = torch.randperm(n, generator=gen)
+    return perm.flip(0) if torch.equal(perm, torch.arange(n)) else perm
+
+
+def assert_mask_equal(actual, expected, name="mask"):
+    """Exact comparison for bool tensors (causal masks)."""
+    assert isinstance(actual, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(actual).__name__}"
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{name}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
+    assert actual.dtype == torch.bool, f"{name}: expected dtype torch.bool, got {actual.dtype}"
+    if not torch.equal(actual, expected):
+        bad = (actual != expected).nonzero()[0].tolist()
+        raise AssertionError(f"{name}: wrong value at index {tuple(bad)}: expected "
+                             f"{bool(expected[tuple(bad)])}, got {bool(actual[tuple(bad)])}")
+
+
+# --------------------------------------------------------------------------------------------
+# lab 1: scaled dot-product attention
+# --------------------------------------------------------------------------------------------
+
+
+def attention_weights64(q, k, mask=None):
+    """softmax(q k^T / sqrt(d_k)) in float64, blocked keys 0, all-blocked rows 0 (differentiable)."""
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    mask = torch.broadcast_to(mask, scores.shape)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    scores = scores.masked_fill(~mask.any(-1, keepdim=True), 0.0)  # keep all-blocked rows finite
+    return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+
+
+def attention_output64(q, k, v, mask=None):
+    """F.scaled_dot_product_attention in float64; rows with no allowed key set to 0 by hand."""
+    out = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    if mask is not None:
+        shape = torch.broadcast_shapes(mask.shape, out.shape[:-1] + (k.size(-2),))
+        any_allowed = torch.broadcast_to(mask, shape).any(-1, keepdim=True)
+        out = torch.where(any_allowed, out, torch.zeros((), dtype=out.dtype))
+    return out
+
+
+def attention_reference(q, k, v, mask=None):
+    """(output, weights) expected from scaled_dot_product_attention, in q's dtype."""
+    return (attention_output64(q, k, v, mask).to(q.dtype),
+            attention_weights64(q, k, mask).to(q.dtype))
+
+
+# --------------------------------------------------------------------------------------------
+# lab 2: multi-head attention vs torch.nn.MultiheadAttention
+# --------------------------------------------------------------------------------------------
+
+MHA_NAMES = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def mha_weights(gen, d_model, bias=True, dtype=torch.float32):
+    """Random weights for the student's MultiHeadAttention, by its parameter names."""
+    sd = {}
+    for name in MHA_NAMES:
+        sd[f"{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype, scale=1.5 / math.sqrt(d_model))
+        if bias:
+            sd[f"{name}.bias"] = randn(gen, d_model, dtype=dtype, scale=0.2)
+    return sd
+
+
+def mha_reference(sd, d_model, num_heads):
+    """float64 torch.nn.MultiheadAttention(batch_first=True) holding the weights ``sd``."""
+    bias = "q_proj.bias" in sd
+    ref = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([sd["q_proj.weight"], sd["k_proj.weight"], sd["v_proj.weight"]]))
+        ref.out_proj.weight.copy_(sd["out_proj.weight"])
+        if bias:
+            ref.in_proj_bias.copy_(torch.cat([sd["q_proj.bias"], sd["k_proj.bias"], sd["v_proj.bias"]]))
+            ref.out_proj.bias.copy_(sd["out_proj.bias"])
+    return ref
+
+
+def mha_run64(ref, query, key, value, mask=None):
+    """Run the float64 reference with our mask convention; returns float64 (output, weights).
+
+    The mask (True = may attend, broadcastable to (batch, heads, seq_q, seq_k)) is expanded and
+    inverted into PyTorch's 3-D attn_mask (batch * heads, seq_q, seq_k), True = blocked.  Rows
+    with no allowed key (NaN in PyTorch) get weights 0 and output out_proj(0) = out_proj.bias.
+    The inputs may require grad (float64 leaves); nothing is detached.
+    """
+    batch, seq_q, seq_k, heads = query.size(0), query.size(1), key.size(1), ref.num_heads
+    attn_mask = None
+    if mask is not None:
+        full = torch.broadcast_to(mask, (batch, heads, seq_q, seq_k))
+        attn_mask = ~full.reshape(batch * heads, seq_q, seq_k)
+    out, w = ref(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+    if mask is not None:
+        blocked_w = ~full.any(-1, keepdim=True)                       # (batch, heads, seq_q, 1)
+        w = torch.where(blocked_w, torch.zeros((), dtype=w.dtype), w)
+        blocked_out = blocked_w.all(1)                                # (batch, seq_q, 1)
+        fill = ref.out_proj.bias if ref.out_proj.bias is not None else torch.zeros((), dtype=out.dtype)
+        out = torch.where(blocked_out, fill.expand_as(out), out)
+    return out, w
+
+
+def mha_reference_outputs(sd, d_model, num_heads, query, key, value, mask=None):
+    """Expected (output, weights) of the student's MultiHeadAttention, in query's dtype."""
+    ref = mha_reference(sd, d_model, num_heads)
+    with torch.no_grad():
+        out, w = mha_run64(ref, query.double(), key.double(), value.double(), mask)
+    return out.to(query.dtype), w.to(query.dtype)
+
+
+def mha_param_grads(ref):
+    """Gradients of the reference, renamed to the student's parameter names."""
+    gq, gk, gv = ref.in_proj_weight.grad.chunk(3)
+    grads = {"q_proj.weight": gq, "k_proj.weight": gk, "v_proj.weight": gv,
+             "out_proj.weight": ref.out_proj.weight.grad}
+    if ref.in_proj_bias is not None:
+        bq, bk, bv = ref.in_proj_bias.grad.chunk(3)
+        grads.update({"q_proj.bias": bq, "k_proj.bias": bk, "v_proj.bias": bv,
+                      "out_proj.bias": ref.out_proj.bias.grad})
+    return grads
+
+
+# --------------------------------------------------------------------------------------------
+# lab 4: transformer block vs torch.nn.TransformerEncoderLayer
+# --------------------------------------------------------------------------------------------
+
+# student name -> torch.nn.TransformerEncoderLayer name
+BLOCK_NAMES = {
+    "attn.in_proj_weight": "self_attn.in_proj_weight",
+    "attn.in_proj_bias": "self_attn.in_proj_bias",
+    "attn.out_proj.weight": "self_attn.out_proj.weight",
+    "attn.out_proj.bias": "self_attn.out_proj.bias",
+    "ff.linear1.weight": "linear1.weight",
+    "ff.linear1.bias": "linear1.bias",
+    "ff.linear2.weight": "linear2.weight",
+    "ff.linear2.bias": "linear2.bias",
+    "norm1.weight": "norm1.weight",
+    "norm1.bias": "norm1.bias",
+    "norm2.weight": "norm2.weight",
+    "norm2.bias": "norm2.bias",
+}
+
+
+def feedforward_weights(gen, d_model, d_ff, prefix=""):
+    """Random weights for FeedForward (prefix "ff." for the block's copy)."""
+    return {
+        f"{prefix}linear1.weight": randn(gen, d_ff, d_model, scale=1.0 / math.sqrt(d_model)),
+        f"{prefix}linear1.bias": randn(gen, d_ff, scale=0.3),
+        f"{prefix}linear2.weight": randn(gen, d_model, d_ff, scale=1.0 / math.sqrt(d_ff)),
+        f"{prefix}linear2.bias": randn(gen, d_model, scale=0.3),
+    }
+
+
+def feedforward_reference(sd, x, activation):
+    """linear2(activation(linear1(x))) in float64, returned in x's dtype."""
+    act = F.relu if activation == "relu" else F.gelu
+    x64 = x.double()
+    h = act(F.linear(x64, sd["linear1.weight"].double(), sd["linear1.bias"].double()))
+    return F.linear(h, sd["linear2.weight"].double(), sd["linear2.bias"].double()).to(x.dtype)
+
+
+def block_weights(gen, d_model, d_ff):
+    """Random weights for the student's TransformerBlock, by its parameter names.
+
+    LayerNorm weights and biases are random too, so a block that skips a norm's affine part
+    (or swaps norm1 and norm2) does not match.
+    """
+    sd = {
+        "attn.in_proj_weight": randn(gen, 3 * d_model, d_model, scale=1.5 / math.sqrt(d_model)),
+        "attn.in_proj_bias": randn(gen, 3 * d_model, scale=0.2),
+        "attn.out_proj.weight": randn(gen, d_model, d_model, scale=1.0 / math.sqrt(d_model)),
+        "attn.out_proj.bias": randn(gen, d_model, scale=0.2),
+    }
+    sd.update(feedforward_weights(gen, d_model, d_ff, prefix="ff."))
+    for norm in ("norm1", "norm2"):
+        sd[f"{norm}.weight"] = 1.0 + randn(gen, d_model, scale=0.3)
+        sd[f"{norm}.bias"] = randn(gen, d_model, scale=0.3)
+    return sd
+
+
+def block_reference(sd, d_model, num_heads, d_ff, norm_first=False, activation="relu"):
+    """float64 torch.nn.TransformerEncoderLayer(batch_first=True, dropout=0) holding ``sd``."""
+    ref = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation=activation,
+                                     batch_first=True, norm_first=norm_first, dtype=torch.float64)
+    ref_sd = {BLOCK_NAMES[name]: value.double() for name, value in sd.items()}
+    ref.load_state_dict(ref_sd, strict=True)
+    return ref
+
+
+def block_run64(ref, x, mask=None):
+    """Run the reference with our mask (True = may attend); PyTorch's src_mask is True = blocked."""
+    return ref(x, src_mask=None if mask is None else ~mask)
+
+
+def block_reference_output(sd, d_model, num_heads, d_ff, x, mask=None, norm_first=False, activation="relu"):
+    """Expected output of the student's TransformerBlock, in x's dtype."""
+    ref = block_reference(sd, d_model, num_heads, d_ff, norm_first, activation)
+    ref.eval()
+    with torch.no_grad():
+        return block_run64(ref, x.double(), mask).to(x.dtype)
+
+
+def block_param_grads(ref):
+    """Gradients of the reference, renamed to the student's parameter names."""
+    params = dict(ref.named_parameters())
+    return {name: params[ref_name].grad for name, ref_name in BLOCK_NAMES.items()}
