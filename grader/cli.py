@@ -99,7 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stubs", help="regenerate exercises/ from solutions/")
     p.add_argument("--check", action="store_true", help="only report drift, write nothing")
     p.set_defaults(func=cmd_stubs)
+
+    # Commands that live with their feature: each module has register(subparsers), which
+    # adds its parser(s) with set_defaults(func=...) returning an exit status.
+    import importlib
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
     return parser
+
+
+COMMAND_MODULES = ["grader.batch", "grader.notebooks", "grader.bundles", "grader.feedback"]
 
 
 def main(argv: list[str] | None = None) -> int:

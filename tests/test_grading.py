@@ -1,0 +1,149 @@
+"""End-to-end grading of fixture submissions named after their expected outcome.
+
+Each fixture (tests/fixtures/submissions/<name>/expect.yaml) says which labs it breaks; the
+whole report must agree: broken labs lose points, every other lab keeps full marks, and
+nothing is reported as a grader error.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import expectation, fixture_names, make_submission
+from grader import paths
+from grader.grading import grade_submission
+from grader.results import write_gradescope
+
+
+def lab_scores(result) -> dict[str, tuple[float, float, str]]:
+    return {lab.name: (lab.score, lab.max_score, lab.status) for lab in result.labs}
+
+
+def assert_report(result, rubric, breaks: set[str]) -> None:
+    """The whole report: every lab's status and score class, and no grader error."""
+    assert result.status == "ok"
+    assert [lab.name for lab in result.labs] == list(rubric.labs)
+    for lab in result.labs:
+        assert lab.max_score == rubric.labs[lab.name].max_points, lab.name
+        assert len(lab.tests) == len(rubric.labs[lab.name].tests), lab.name
+        for t in lab.tests:
+            assert "grader error" not in t.message, (lab.name, t.name, t.message)
+        if lab.name in breaks:
+            assert lab.score < lab.max_score, f"{lab.name} should lose points"
+        else:
+            failing = {t.name: t.message for t in lab.tests if not t.passed}
+            assert not failing, f"{lab.name} should keep full marks: {failing}"
+
+
+def test_reference_solutions_score_full_marks(rubric, zygote):
+    result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    assert_report(result, rubric, breaks=set())
+    assert result.score == rubric.max_points
+
+
+def test_untouched_stubs_score_zero_on_not_implemented(rubric, zygote):
+    result = grade_submission(paths.EXERCISES, rubric=rubric, zygote=zygote)
+    assert result.score == 0
+    for lab in result.labs:
+        assert lab.status == "graded"
+        for t in lab.tests:
+            assert not t.passed
+            assert t.message.startswith("not implemented yet"), (t.name, t.message)
+
+
+@pytest.mark.parametrize("name", fixture_names("ok_") + fixture_names("bug_"))
+def test_fixture_loses_points_exactly_in_the_labs_it_breaks(name, rubric, zygote, tmp_path):
+    expect = expectation(name)
+    submission = make_submission(name, tmp_path / name)
+    result = grade_submission(submission, rubric=rubric, zygote=zygote)
+    assert_report(result, rubric, breaks=set(expect.get("breaks") or []))
+
+
+@pytest.mark.parametrize("name", fixture_names("broken_") + fixture_names("missing_"))
+def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote, tmp_path):
+    expect = expectation(name)
+    breaks = set(expect.get("breaks") or [])
+    result = grade_submission(make_submission(name, tmp_path / name), rubric=rubric,
+                              zygote=zygote)
+    assert_report(result, rubric, breaks=breaks)
+    direct = {f[:-3] for f in (expect.get("delete") or [])} | {
+        p.stem for p in (paths.COURSE / "tests" / "fixtures" / "submissions" / name).glob("*.py")}
+    for lab in result.labs:
+        if lab.name in direct:
+            assert lab.score == 0
+            assert lab.status in ("missing", "import_error"), lab.status
+            assert lab.message, "a broken lab must say why"
+            assert all(t.message == lab.message for t in lab.tests)
+
+
+def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
+    submission = make_submission("broken_syntax", tmp_path / "s")
+    source = (submission / "lab1_attention.py").read_text().splitlines()
+    bad_line = next(i for i, line in enumerate(source, 1) if _is_bad(source, i))
+    result = grade_submission(submission, rubric=rubric, zygote=zygote)
+    lab1 = result.lab("lab1_attention")
+    assert lab1.status == "import_error"
+    assert f"lab1_attention.py:{bad_line}" in lab1.message
+    assert "SyntaxError" in lab1.message
+    # lab2 imports lab1, so it cannot import either, and says where.
+    assert result.lab("lab2_multihead").status == "import_error"
+    assert "lab1_attention.py" in result.lab("lab2_multihead").message
+    assert result.lab("lab3_positional").score == result.lab("lab3_positional").max_score
+
+
+def _is_bad(lines, i):
+    import ast
+    try:
+        ast.parse("\n".join(lines[:i]))
+    except SyntaxError as exc:
+        return exc.lineno == i
+    return False
+
+
+def test_missing_file_reported_and_other_labs_graded(rubric, zygote, tmp_path):
+    submission = tmp_path / "only_lab3"
+    submission.mkdir()
+    (submission / "lab3_positional.py").write_bytes(
+        (paths.SOLUTIONS / "lab3_positional.py").read_bytes())
+    result = grade_submission(submission, rubric=rubric, zygote=zygote)
+    for lab in result.labs:
+        if lab.name == "lab3_positional":
+            assert lab.score == lab.max_score
+        else:
+            assert (lab.status, lab.score) == ("missing", 0)
+            assert lab.message == f"{lab.file} was not found in the submission"
+
+
+def test_gradescope_results_json_shape(rubric, zygote, tmp_path):
+    result = grade_submission(make_submission("bug_softmax_dim", tmp_path / "s"),
+                              rubric=rubric, zygote=zygote)
+    write_gradescope(result, tmp_path / "out" / "results.json")
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["score"] == pytest.approx(result.score)
+    assert len(data["tests"]) == sum(len(lab.tests) for lab in rubric.labs.values())
+    for t in data["tests"]:
+        assert set(t) >= {"name", "score", "max_score", "status", "visibility", "output", "tags"}
+        assert t["status"] in ("passed", "failed")
+        assert t["tags"][0] in rubric.labs
+    labs = data["extra_data"]["labs"]
+    assert set(labs) == set(rubric.labs)
+    assert labs["lab1_attention"]["score"] < labs["lab1_attention"]["max_score"]
+    assert labs["lab3_positional"]["score"] == labs["lab3_positional"]["max_score"]
+    assert sum(v["score"] for v in labs.values()) == pytest.approx(data["score"])
+
+
+def test_hidden_failures_show_no_values(rubric, zygote, tmp_path):
+    """A hidden test's message keeps the cause but never the expected or received numbers."""
+    result = grade_submission(make_submission("bug_no_scale", tmp_path / "s"), rubric=rubric,
+                              zygote=zygote)
+    hidden_failed = [t for lab in result.labs for t in lab.tests
+                     if t.visibility == "hidden" and not t.passed]
+    public_failed = [t for lab in result.labs for t in lab.tests
+                     if t.visibility == "public" and not t.passed]
+    assert hidden_failed and public_failed
+    for t in hidden_failed:
+        assert "expected" not in t.message and "got" not in t.message, t.message
+        assert "worst at" not in t.message
+    assert any("worst at" in t.message for t in public_failed)
