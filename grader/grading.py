@@ -90,10 +90,28 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
         raise SubmissionError(f"{submission}: not a file or folder")
     for lab in labs:
         spec = rubric.labs[lab]
-        if only is not None and only != spec.file:
+        notebook = Path(spec.file).stem + ".ipynb"
+        if only is not None and only not in (spec.file, notebook):
             out.problems[lab] = f"{spec.file} was not found in the submission"
             continue
-        path = _find(root, spec.file)
+        path = _find(root, spec.file) if only != notebook else None
+        nb_path = _find(root, notebook) if path is None and only != spec.file else None
+        if nb_path is not None:
+            # No labN_x.py but a labN_x.ipynb: grade the code extracted from the notebook.
+            from grader.notebook_source import NotebookError, lab_source_from_notebook
+            rel = nb_path.relative_to(root)
+            if nb_path.is_symlink():
+                out.problems[lab] = f"{rel} is a symbolic link; submit the file itself"
+                continue
+            try:
+                got = lab_source_from_notebook(nb_path, rel=rel, lab_file=spec.file,
+                                               forbidden=spec.forbidden)
+            except NotebookError as exc:
+                out.problems[lab] = str(exc)
+                continue
+            out.files[spec.file] = got.source.encode("utf-8")
+            out.notes.extend(got.notes)
+            continue
         if path is None:
             out.problems[lab] = f"{spec.file} was not found in the submission"
             continue

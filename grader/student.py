@@ -78,6 +78,11 @@ class Session:
     last_stdout: str = ""
 
     def start_test(self, time_limit_s: float) -> None:
+        # Whatever the previous test's calls left running (a daemon, a fork bomb, a
+        # setsid'd grandchild) ends with that test: its worker is replaced.
+        for worker in self.workers.values():
+            if worker.alive and worker.has_children():
+                worker.kill()
         self.time_limit_s = time_limit_s
         self.deadline = time.monotonic() + time_limit_s
 
@@ -107,6 +112,15 @@ class Session:
             worker.kill()
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
         self.last_stdout = str(reply.get("stdout", ""))[:4000]
+        used = reply.get("forbidden")
+        error = reply.get("error")
+        if isinstance(used, list) and used and not (
+                isinstance(error, dict) and "ForbiddenAPIError" in (error.get("mro") or ())):
+            # Reported even when student code caught the ForbiddenAPIError.
+            names = ", ".join(sorted({str(u)[:200] for u in used}))
+            raise StudentError(kind="forbidden", lab=lab, type_name="ForbiddenAPIError",
+                               mro=("ForbiddenAPIError",), stdout=self.last_stdout,
+                               message=f"{lab} may not use {names} (see the lab's rules)")
         if "error" in reply and isinstance(reply["error"], dict):
             raise _error_from_reply(reply["error"], lab, self.last_stdout)
         if "ok" not in reply:
@@ -212,13 +226,21 @@ class ModuleHandle:
         self._ctor = {"args": args, "kwargs": kwargs}
         self._state_dict = None
         self._train = False
+        self._dtype = None
 
     def _spec(self) -> dict:
         return {"target": self.class_name, "ctor": self._ctor, "state_dict": self._state_dict,
-                "train": self._train}
+                "train": self._train, "dtype": self._dtype}
 
     def load_state_dict(self, state_dict: dict) -> "ModuleHandle":
         self._state_dict = {k: v.detach().clone() for k, v in state_dict.items()}
+        return self
+
+    def to(self, dtype: torch.dtype) -> "ModuleHandle":
+        """Build the module in float32 or float64 (module.to(dtype) before loading weights)."""
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError("only float32 and float64 modules are supported")
+        self._dtype = str(dtype).removeprefix("torch.")
         return self
 
     def train(self, mode: bool = True) -> "ModuleHandle":

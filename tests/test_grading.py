@@ -80,8 +80,7 @@ def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote,
 
 def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
     submission = make_submission("broken_syntax", tmp_path / "s")
-    source = (submission / "lab1_attention.py").read_text().splitlines()
-    bad_line = next(i for i, line in enumerate(source, 1) if _is_bad(source, i))
+    bad_line = _syntax_error_line((submission / "lab1_attention.py").read_text())
     result = grade_submission(submission, rubric=rubric, zygote=zygote)
     lab1 = result.lab("lab1_attention")
     assert lab1.status == "import_error"
@@ -93,13 +92,13 @@ def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
     assert result.lab("lab3_positional").score == result.lab("lab3_positional").max_score
 
 
-def _is_bad(lines, i):
+def _syntax_error_line(source: str) -> int:
     import ast
     try:
-        ast.parse("\n".join(lines[:i]))
+        ast.parse(source)
     except SyntaxError as exc:
-        return exc.lineno == i
-    return False
+        return exc.lineno
+    raise AssertionError("the broken_syntax fixture parses")
 
 
 def test_missing_file_reported_and_other_labs_graded(rubric, zygote, tmp_path):

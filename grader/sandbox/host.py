@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -43,13 +42,17 @@ class WorkerDied(Exception):
 
 @dataclass
 class Limits:
-    """Per-worker resource limits (a worker serves one lab of one submission)."""
+    """Per-worker resource limits (a worker serves one lab of one submission).
+
+    ``memory_mb`` and ``cpu_s`` hold per process: without cgroups, the worst case for the
+    machine is ``processes`` times ``memory_mb`` (see docs/security.md).
+    """
     cpu_s: int = 120
     memory_mb: int = 1024      # on top of what the torch-loaded zygote already maps
     file_mb: int = 16
     tmp_mb: int = 32
     open_files: int = 64
-    processes: int = 32
+    processes: int = 16        # tasks (threads count) of the worker's uid / namespace
     reply_mb: int = 64
 
     def to_dict(self) -> dict:
@@ -74,18 +77,34 @@ def read_only_paths() -> list[str]:
 
 
 def hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Secret paths to cover if they fall inside a bound tree: the grader package and more."""
-    grader_pkg = str(Path(__file__).resolve().parent.parent)
-    return [grader_pkg, *[str(Path(p).resolve()) for p in extra]]
+    """Secret paths to cover if they fall inside a bound tree: the grader package (with its
+    hidden suites), the course's solutions, rubric and examples, and ``extra``."""
+    from grader import paths
+
+    out = []
+    for p in [Path(__file__).resolve().parent.parent, paths.SOLUTIONS, paths.RUBRIC,
+              paths.EXAMPLES, *extra]:
+        real = str(Path(p).resolve())
+        if real not in out and real != "/":
+            out.append(real)
+    return out
 
 
 @dataclass
 class Worker:
-    """One live worker process, reached over ``sock``."""
+    """One live worker process, reached over ``sock``.
+
+    ``lifeline`` is the write end of a pipe whose read end the worker's keeper (its trusted
+    parent, see zygote.py) waits on: while the grader holds it, the worker's pid cannot be
+    reaped and reused, so signalling ``pid`` is safe; closing it makes the keeper kill the
+    worker and everything below it.
+    """
     pid: int
     sock: socket.socket
     mode: str
     reply_bytes: int
+    lifeline: int | None = None
+    keeper: int | None = None
     alive: bool = True
 
     def request(self, req: dict, *, timeout_s: float):
@@ -96,23 +115,24 @@ class Worker:
         try:
             self.sock.settimeout(max(0.001, timeout_s))
             self.sock.sendall(wire.encode(req))
-            # Wait for the first byte with select, then read the frame with the rest of the
-            # budget: a worker that stops half-way through a frame is also out of time.
-            remaining = deadline - time.monotonic()
-            ready, _, _ = select.select([self.sock], [], [], max(0.0, remaining))
-            if not ready:
-                raise WorkerTimeout()
-            self.sock.settimeout(max(0.001, deadline - time.monotonic()) + 1.0)
-            return wire.recv_frame(self.sock, max_bytes=self.reply_bytes)
-        except WorkerTimeout:
-            self.kill()
-            raise
+            # The whole reply must arrive by the deadline, however the worker trickles it.
+            return wire.recv_frame(self.sock, max_bytes=self.reply_bytes, deadline=deadline)
         except socket.timeout:
             self.kill()
             raise WorkerTimeout() from None
         except (wire.WireError, OSError) as exc:
             self.kill()
             raise WorkerDied(str(exc)) from None
+
+    def has_children(self) -> bool:
+        """Whether anything the student started is still alive.
+
+        The worker is pid 1 of its PID namespace (root, userns) or a child subreaper
+        (plain), so every live process it started is its child or below a live child.
+        """
+        if not self.alive:
+            return False
+        return bool(children_of(self.pid))
 
     def kill(self) -> None:
         """End the worker and everything it started (its PID namespace, or its session)."""
@@ -129,6 +149,27 @@ class Worker:
             self.sock.close()
         except OSError:
             pass
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
+
+
+def children_of(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (a scan of /proc; a few milliseconds)."""
+    found = []
+    needle = str(pid).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[1] == needle:
+            found.append(int(entry))
+    return found
 
 
 @dataclass
@@ -139,11 +180,17 @@ class Zygote:
     mode: str = "auto"
     limits: Limits = field(default_factory=Limits)
     hide: tuple[str, ...] = ()
+    pid: int | None = None
+    landlock: int = 0           # the kernel's Landlock ABI (used in plain mode), 0 if none
     _proc: subprocess.Popen | None = None
     _control: socket.socket | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> "Zygote":
+        if self.mode == "auto":
+            # GRADER_SANDBOX_MODE=root|userns|plain forces a mode (tests, odd platforms).
+            forced = os.environ.get("GRADER_SANDBOX_MODE", "auto")
+            self.mode = forced if forced in ("root", "userns", "plain") else "auto"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_inheritable(theirs.fileno(), True)
         # Empty environment and cwd "/": the zygote inherits no secrets (argv: the fd only).
@@ -159,16 +206,27 @@ class Zygote:
         )
         theirs.close()
         self._control = ours
-        ours.send(json.dumps({"mode": self.mode, "forbidden": list(self.forbidden)}).encode())
-        ours.settimeout(START_TIMEOUT_S)
+        probe_dir = tempfile.mkdtemp(prefix="grader-probe-")
+        os.chmod(probe_dir, 0o755)
         try:
-            hello = json.loads(ours.recv(1 << 16) or b"{}")
-        except (socket.timeout, ValueError):
-            hello = {}
+            ours.send(json.dumps({
+                "mode": self.mode, "forbidden": list(self.forbidden),
+                "probe": {"submission": probe_dir, "read_only_paths": read_only_paths(),
+                          "uid": SLOT_UID_BASE + self.slot},
+            }).encode())
+            ours.settimeout(START_TIMEOUT_S)
+            try:
+                hello = json.loads(ours.recv(1 << 16) or b"{}")
+            except (OSError, ValueError):
+                hello = {}
+        finally:
+            os.rmdir(probe_dir)
         if not hello.get("ready"):
             self.close()
             raise SandboxError("the sandbox zygote did not start (is torch installed?)")
         self.mode = hello["mode"]
+        self.pid = int(hello["pid"])
+        self.landlock = int(hello.get("landlock", 0))
         ours.settimeout(None)
         return self
 
@@ -181,27 +239,37 @@ class Zygote:
             "submission": submission,
             "lab": lab,
             "forbidden": list(forbidden),
-            "uid": SLOT_UID_BASE + self.slot if self.mode == "root" else None,
+            # As root, every mode runs the worker as the slot's own uid.
+            "uid": SLOT_UID_BASE + self.slot if os.geteuid() == 0 else None,
             "read_only_paths": read_only_paths(),
             "hide_paths": hidden_paths(self.hide),
             "limits": self.limits.to_dict(),
+            # Plain mode: processes a worker may never signal (with their groups).
+            "protected_pids": sorted({os.getpid(), os.getpgrp(), self.pid or 0,
+                                      os.getpgid(self.pid) if self.pid else 0} - {0}),
             "debug": bool(os.environ.get("GRADER_SANDBOX_DEBUG")),
         }
         with self._lock:
             try:
-                socket.send_fds(self._control, [json.dumps({"op": "spawn", "config": config}).encode()],
+                socket.send_fds(self._control,
+                                [json.dumps({"op": "spawn", "config": config}).encode()],
                                 [theirs.fileno()])
                 self._control.settimeout(START_TIMEOUT_S)
-                reply = json.loads(self._control.recv(1 << 16) or b"{}")
+                msg, fds, _, _ = socket.recv_fds(self._control, 1 << 16, 1)
+                reply = json.loads(msg or b"{}")
             except (OSError, ValueError) as exc:
                 raise SandboxError(f"the sandbox zygote stopped answering: {exc}") from None
             finally:
                 theirs.close()
-        if "pid" not in reply:
+        if "pid" not in reply or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
             ours.close()
             raise SandboxError(f"could not start a worker: {reply.get('error', 'no reply')}")
+        os.set_inheritable(fds[0], False)
         return Worker(pid=int(reply["pid"]), sock=ours, mode=self.mode,
-                      reply_bytes=self.limits.reply_mb << 20)
+                      reply_bytes=self.limits.reply_mb << 20, lifeline=fds[0],
+                      keeper=reply.get("keeper"))
 
     def close(self) -> None:
         if self._control is not None:

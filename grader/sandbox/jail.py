@@ -1,47 +1,58 @@
 """Lock a forked worker down: namespaces, an empty root, no privileges, resource limits.
 
-Three modes, chosen by what the kernel allows (``detect_mode`` in the zygote):
+Three modes, chosen by what the kernel allows (``detect_mode`` in the zygote tries each):
 
 - ``root``: the grader runs as root. New mount, network, IPC, UTS and PID namespaces; an
   empty root with read-only binds of the interpreter and site-packages only; a private
   tmpfs /tmp; then setgroups([]) + setgid/setuid to a per-slot unprivileged uid.
-- ``userns``: not root, but unprivileged user namespaces work. The same namespaces and root,
-  inside a user namespace that maps only the grader's own uid; all capabilities are
-  dropped before student code runs.
-- ``plain``: neither. A new session, resource limits and a clean environment only; no
-  network isolation and no hidden paths (the submission can read whatever the grader's
-  uid can read). The README tells instructors to run the grader as root or allow user
-  namespaces, or inside a disposable container.
+- ``userns``: unprivileged user namespaces work (the grader is not root, or it is root in a
+  container that refuses the plain namespaces). The same namespaces and root, inside a user
+  namespace that maps only the worker's own uid (the grader's, or the slot uid when the
+  grader is root); all capabilities are dropped before student code runs.
+- ``plain``: neither. A new session, resource limits, a clean environment, the slot uid when
+  the grader is root, and, where the kernel has them (Linux >= 5.13 / 6.7 / 6.12), Landlock
+  rules: read-only access to the interpreter, its packages and the submission only, one
+  private writable folder, no TCP, no signals or ptrace out of the sandbox. Without Landlock
+  the worker can read whatever the grader's uid can read (see docs/security.md).
 
 In every mode: all file descriptors but the channel are closed, rlimits (CPU soft == hard,
-address space, file size, open files, processes, no core) are set, NO_NEW_PRIVS is on, and
-the worker dies with its parent.
+address space, file size, open files, processes, no core) are set, NO_NEW_PRIVS is on, the
+worker is a child subreaper (every process it starts stays below it), and a seccomp filter
+refuses the system calls a lab never needs and a jail breaker wants (namespaces, mount,
+ptrace, bpf, keyrings, io_uring, ...; in plain mode also new sockets and signals to the
+grader's processes).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import signal
+import struct
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
+ALL_NAMESPACE_FLAGS = NAMESPACES | CLONE_NEWUSER | CLONE_NEWCGROUP
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE = 1, 38, 4
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP = 1, 4, 22
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 
 NEW_ROOT = "/mnt"          # covered by a tmpfs in the worker's own mount namespace
 SUBMISSION_DIR = "/submission"
+MODES = ("root", "userns", "plain")
 
 _libc = ctypes.CDLL(None, use_errno=True)
+MACHINE = os.uname().machine
 
 
 class JailError(OSError):
@@ -75,31 +86,61 @@ def mount(source, target, fstype, flags, data=None):
     )
 
 
-def detect_mode() -> str:
-    """Which isolation this process can give its workers (see the module docstring)."""
-    forced = os.environ.get("GRADER_SANDBOX_MODE")
-    if forced in ("root", "userns", "plain"):
-        return forced
-    if os.geteuid() == 0:
-        return "root"
+# --------------------------------------------------------------------------- modes
+
+def detect_mode(probe_config: dict | None = None) -> str:
+    """The strongest mode this process can give its workers (see the module docstring).
+
+    Each candidate is tried for real in a throw-away child (namespaces, the empty root, the
+    uid change), because a container may allow ``unshare`` and still refuse a mount.
+    """
+    candidates = (["root"] if os.geteuid() == 0 else []) + ["userns"]
+    for mode in candidates:
+        if _probe(mode, probe_config or {}):
+            return mode
+    return "plain"
+
+
+def _probe(mode: str, config: dict) -> bool:
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
-            unshare(CLONE_NEWUSER | NAMESPACES)
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
+            os.closerange(3, 1 << 16)
+            enter_namespaces(mode, config.get("uid"))
+            inner = os.fork()  # pid 1 of the new PID namespace, like a worker
+            if inner == 0:
+                try:
+                    empty = config.get("submission") or "/"
+                    build_root(submission=empty, read_only_paths=config.get("read_only_paths", []),
+                               hide_paths=[], tmp_size_mb=1)
+                    os._exit(0)
+                except BaseException:  # noqa: BLE001
+                    os._exit(1)
+            _, status = os.waitpid(inner, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
     _, status = os.waitpid(pid, 0)
-    return "userns" if os.waitstatus_to_exitcode(status) == 0 else "plain"
+    return os.waitstatus_to_exitcode(status) == 0
 
 
-def enter_namespaces(mode: str) -> None:
+def enter_namespaces(mode: str, uid: int | None = None) -> None:
     """In the first child: new namespaces (the next fork becomes pid 1 of the new PID ns)."""
     if mode == "root":
         unshare(NAMESPACES)
     elif mode == "userns":
+        if os.geteuid() == 0 and uid is not None:
+            # Root whose container refuses plain namespaces: become the slot uid first, so
+            # the worker is that uid on the host too, never root.
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
         uid, gid = os.getuid(), os.getgid()
         unshare(CLONE_NEWUSER | NAMESPACES)
+        # A non-dumpable process (the zygote is one) cannot write its own id maps.
+        prctl(PR_SET_DUMPABLE, 1)
         # Map only our own uid, to itself: inside we are that same unprivileged uid (so an
         # exec cannot regain root's capabilities) and hold capabilities only until dropped.
         with open("/proc/self/setgroups", "w") as fh:
@@ -109,6 +150,8 @@ def enter_namespaces(mode: str) -> None:
         with open("/proc/self/gid_map", "w") as fh:
             fh.write(f"{gid} {gid} 1")
 
+
+# --------------------------------------------------------------------------- the empty root
 
 def _bind(source: str, writable: bool = False) -> None:
     """Bind ``source`` at the same path under the new root, read-only unless writable."""
@@ -124,6 +167,7 @@ def _bind(source: str, writable: bool = False) -> None:
         try:
             mount(None, target, None, flags)
         except JailError:
+            # In a user namespace the flags of a bound mount are locked: keep noexec too.
             mount(None, target, None, flags | MS_NOEXEC)
 
 
@@ -138,10 +182,13 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
     mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
     for path in read_only_paths:
         if os.path.islink(path):
+            os.makedirs(os.path.dirname(NEW_ROOT + path), mode=0o755, exist_ok=True)
             os.symlink(os.readlink(path), NEW_ROOT + path)
         elif os.path.exists(path):
             _bind(path)
     for path in hide_paths:
+        if os.path.islink(NEW_ROOT + path):
+            continue
         if os.path.isdir(NEW_ROOT + path):
             mount("tmpfs", NEW_ROOT + path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY,
                   "size=4k,mode=0555")
@@ -149,8 +196,12 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
             mount("/dev/null", NEW_ROOT + path, None, MS_BIND)
     os.makedirs(NEW_ROOT + SUBMISSION_DIR, mode=0o755)
     mount(submission, NEW_ROOT + SUBMISSION_DIR, None, MS_BIND)
-    mount(None, NEW_ROOT + SUBMISSION_DIR, None,
-          MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    try:
+        mount(None, NEW_ROOT + SUBMISSION_DIR, None,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except JailError:
+        mount(None, NEW_ROOT + SUBMISSION_DIR, None,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_REC)
     os.makedirs(NEW_ROOT + "/dev", mode=0o755)
     for dev in ("null", "zero", "urandom", "random"):
         _bind("/dev/" + dev, writable=True)
@@ -160,11 +211,16 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
               f"size={tmp_size_mb}m,mode=1777")
     os.makedirs(NEW_ROOT + "/proc", mode=0o555)
     mount("proc", NEW_ROOT + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # The scaffolding (and every directory created above) becomes read-only.
+    mount(None, NEW_ROOT, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+          "size=16m,mode=0755")
     os.chroot(NEW_ROOT)
     os.chdir("/")
 
 
-def set_limits(limits: dict, *, own_processes: int = 0) -> None:
+# --------------------------------------------------------------------------- limits
+
+def set_limits(limits: dict, *, own_tasks: int = 0) -> None:
     """rlimits; CPU soft == hard so a SIGXCPU handler cannot buy time."""
     def lim(which, value):
         hard = resource.getrlimit(which)[1]
@@ -173,24 +229,30 @@ def set_limits(limits: dict, *, own_processes: int = 0) -> None:
         resource.setrlimit(which, (value, value))
 
     lim(resource.RLIMIT_CORE, 0)
-    lim(resource.RLIMIT_CPU, int(limits["cpu_s"]))
+    lim(resource.RLIMIT_CPU, max(1, int(limits["cpu_s"])))
     lim(resource.RLIMIT_FSIZE, int(limits["file_mb"]) << 20)
     lim(resource.RLIMIT_NOFILE, int(limits["open_files"]))
-    # RLIMIT_NPROC counts every process of the real uid: as root each slot has its own uid;
-    # otherwise the grader's own processes share the budget, so add them in.
-    lim(resource.RLIMIT_NPROC, int(limits["processes"]) + own_processes)
+    lim(resource.RLIMIT_MSGQUEUE, 0)
+    lim(resource.RLIMIT_MEMLOCK, 64 << 10)
+    # RLIMIT_NPROC counts every task (threads too) of the real uid in the user namespace:
+    # as root each slot has its own uid and in userns mode the worker's namespace counts
+    # alone; in plain mode without a uid of its own the grader's tasks share the budget,
+    # so they are added in.
+    lim(resource.RLIMIT_NPROC, int(limits["processes"]) + own_tasks)
     # The address-space cap counts what the zygote already mapped (torch: ~0.65 GB).
     with open("/proc/self/statm") as fh:
         vm_bytes = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     lim(resource.RLIMIT_AS, vm_bytes + (int(limits["memory_mb"]) << 20))
 
 
-def _own_processes() -> int:
+def count_own_tasks() -> int:
+    """Tasks (threads included) of this real uid, as RLIMIT_NPROC counts them."""
     uid, count = os.getuid(), 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                count += os.stat(f"/proc/{entry}").st_uid == uid
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
             except OSError:
                 pass
     return count
@@ -208,20 +270,239 @@ def drop_capabilities() -> None:
 
     header = Header(0x20080522, 0)
     data = (Data * 2)()
-    _check(_libc.syscall(_SYS_CAPSET, ctypes.byref(header), ctypes.byref(data)), "capset")
+    _check(_libc.syscall(SYSCALLS["capset"], ctypes.byref(header), ctypes.byref(data)),
+           "capset")
 
 
-_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine, 126)
+# --------------------------------------------------------------------------- seccomp
 
+# System call numbers: x86_64 (asm/unistd_64.h) and the generic table (aarch64).
+_X86_64 = dict(
+    capset=126, socket=41, clone=56, kill=62, ptrace=101, syslog=103, rt_sigqueueinfo=129,
+    pivot_root=155, chroot=161, acct=163, mount=165, umount2=166, swapon=167, swapoff=168,
+    reboot=169, iopl=172, ioperm=173, init_module=175, delete_module=176, quotactl=179,
+    tkill=200, lookup_dcookie=212, tgkill=234, kexec_load=246, add_key=248, request_key=249,
+    keyctl=250, unshare=272, rt_tgsigqueueinfo=297, perf_event_open=298,
+    name_to_handle_at=303, open_by_handle_at=304, setns=308, process_vm_readv=310,
+    process_vm_writev=311, finit_module=313, kexec_file_load=320, bpf=321, userfaultfd=323,
+    pidfd_send_signal=424, io_uring_setup=425, io_uring_enter=426, io_uring_register=427,
+    open_tree=428, move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433,
+    clone3=435, pidfd_getfd=438, process_madvise=440, mount_setattr=442,
+    landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446,
+)
+_GENERIC = dict(
+    capset=91, lookup_dcookie=18, umount2=39, mount=40, pivot_root=41, chroot=51,
+    quotactl=60, acct=89, unshare=97, kexec_load=104, init_module=105, delete_module=106,
+    syslog=116, ptrace=117, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
+    reboot=142, socket=198, add_key=217, request_key=218, keyctl=219, clone=220, swapon=224,
+    swapoff=225, rt_tgsigqueueinfo=240, perf_event_open=241, name_to_handle_at=264,
+    open_by_handle_at=265, setns=268, process_vm_readv=270, process_vm_writev=271,
+    finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294, pidfd_send_signal=424,
+    io_uring_setup=425, io_uring_enter=426, io_uring_register=427, open_tree=428,
+    move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433, clone3=435,
+    pidfd_getfd=438, process_madvise=440, mount_setattr=442, landlock_create_ruleset=444,
+    landlock_add_rule=445, landlock_restrict_self=446,
+)
+_ARCHES = {"x86_64": (0xC000003E, _X86_64), "aarch64": (0xC00000B7, _GENERIC)}
+AUDIT_ARCH, SYSCALLS = _ARCHES.get(MACHINE, (None, _X86_64))
+
+# Never needed by a lab; wanted by whoever tries to leave the jail or reach the kernel.
+DENIED_ALWAYS = [
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise",
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree",
+    "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf",
+    "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module",
+    "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog",
+    "reboot", "swapon", "swapoff", "acct", "quotactl", "lookup_dcookie", "iopl", "ioperm",
+]
+SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
+
+_LD_W_ABS, _JEQ, _JSET, _RET = 0x20, 0x15, 0x45, 0x06
+_RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16   # struct seccomp_data; arg0's low word (LE)
+
+
+def _ins(code, k, jt=0, jf=0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def seccomp_program(*, plain: bool, protected_pids: list[int]) -> list[bytes]:
+    """The BPF filter as a list of instructions (see ``install_seccomp``)."""
+    nrs = SYSCALLS
+    eperm = _RET_ERRNO | errno.EPERM
+    prog = [
+        _ins(_LD_W_ABS, _OFF_ARCH),
+        _ins(_JEQ, AUDIT_ARCH, 1, 0),
+        _ins(_RET, _RET_KILL_PROCESS),          # another ABI (int 0x80): never legitimate
+        _ins(_LD_W_ABS, _OFF_NR),
+    ]
+    if MACHINE == "x86_64":                     # x32 system calls (nr | 0x40000000)
+        prog += [_ins(0x35, 0x40000000, 0, 1), _ins(_RET, eperm)]   # JGE
+    for name in DENIED_ALWAYS:
+        prog += [_ins(_JEQ, nrs[name], 0, 1), _ins(_RET, eperm)]
+    # clone3 passes its flags in memory a filter cannot read: say "no such call", so glibc
+    # falls back to clone, whose flags it can read.
+    prog += [_ins(_JEQ, nrs["clone3"], 0, 1), _ins(_RET, _RET_ERRNO | errno.ENOSYS)]
+    prog += [_ins(_JEQ, nrs["clone"], 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
+             _ins(_JSET, ALL_NAMESPACE_FLAGS, 0, 1), _ins(_RET, eperm), _ins(_RET, _RET_ALLOW)]
+    if plain:
+        # No network namespace: no new sockets at all (the channel already exists).
+        prog += [_ins(_JEQ, nrs["socket"], 0, 1), _ins(_RET, _RET_ERRNO | errno.EACCES)]
+        prog += [_ins(_JEQ, nrs["pidfd_send_signal"], 0, 1), _ins(_RET, eperm)]
+        # No PID namespace: signals may not reach the grader, the zygote, the worker's
+        # keeper, their process groups, or everyone (-1).
+        targets = {0xFFFFFFFF}
+        for pid in protected_pids:
+            if pid > 1:
+                targets |= {pid, (-pid) & 0xFFFFFFFF}
+        targets = sorted(targets)
+        for name in SIGNAL_CALLS:
+            block = [_ins(_LD_W_ABS, _OFF_ARG0)]
+            for i, t in enumerate(targets):
+                block.append(_ins(_JEQ, t, len(targets) - i, 0))   # -> RET eperm
+            block += [_ins(_RET, _RET_ALLOW), _ins(_RET, eperm)]
+            prog += [_ins(_JEQ, nrs[name], 0, len(block))] + block
+    prog.append(_ins(_RET, _RET_ALLOW))
+    return prog
+
+
+def install_seccomp(*, plain: bool, protected_pids: list[int]) -> bool:
+    """Load the filter (NO_NEW_PRIVS must be on). False where the architecture is unknown."""
+    if AUDIT_ARCH is None:
+        return False
+    prog = seccomp_program(plain=plain, protected_pids=protected_pids)
+    if len(prog) > 4096:
+        raise JailError(errno.E2BIG, "seccomp filter too long")
+    raw = ctypes.create_string_buffer(b"".join(prog))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(prog), ctypes.addressof(raw))
+    _check(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(2), ctypes.byref(fprog), 0, 0),
+           "seccomp")
+    return True
+
+
+# --------------------------------------------------------------------------- landlock
+
+_LL_FS = [1 << i for i in range(16)]   # EXECUTE .. IOCTL_DEV
+LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1, 2, 4, 8
+LL_MAKE_CHAR, LL_MAKE_BLOCK, LL_REFER, LL_TRUNCATE, LL_IOCTL_DEV = 64, 2048, 8192, 16384, 32768
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where Landlock is off or unknown."""
+    if "landlock_create_ruleset" not in SYSCALLS or AUDIT_ARCH is None:
+        return 0
+    version = _libc.syscall(SYSCALLS["landlock_create_ruleset"], None, ctypes.c_size_t(0),
+                            ctypes.c_uint32(1))
+    return max(0, version)
+
+
+def _fs_rights(abi: int) -> int:
+    rights = (1 << 13) - 1                      # ABI 1: EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        rights |= LL_REFER
+    if abi >= 3:
+        rights |= LL_TRUNCATE
+    if abi >= 5:
+        rights |= LL_IOCTL_DEV
+    return rights
+
+
+def install_landlock(*, read_paths: list[str], write_paths: list[str],
+                     hide_paths: list[str]) -> int:
+    """Confine this process (and all it starts) to the given paths; returns the ABI used.
+
+    Read paths get read access, write paths read-write access (never execute), everything
+    else nothing. A read path that contains a hidden path is opened up child by child
+    around it, since Landlock can only grant.
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        return 0
+    handled_fs = _fs_rights(abi)
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                    ("handled_access_net", ctypes.c_uint64),
+                    ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    attr = RulesetAttr(handled_fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)
+    size = 8 if abi < 4 else (16 if abi < 6 else 24)
+    ruleset = _libc.syscall(SYSCALLS["landlock_create_ruleset"], ctypes.byref(attr),
+                            ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        err = ctypes.get_errno()
+        raise JailError(err, f"landlock_create_ruleset: {os.strerror(err)}")
+    file_only = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_IOCTL_DEV
+    read = LL_READ_FILE | LL_READ_DIR
+    write = handled_fs & ~(LL_EXECUTE | LL_MAKE_CHAR | LL_MAKE_BLOCK)
+    hidden = [os.path.realpath(p) for p in hide_paths]
+
+    def add(path: str, access: int) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not os.path.isdir(path):
+                access &= file_only
+            rule = PathBeneath(access & handled_fs, fd)
+            _check(_libc.syscall(SYSCALLS["landlock_add_rule"], ruleset, 1,
+                                 ctypes.byref(rule), 0), f"landlock rule {path}")
+        finally:
+            os.close(fd)
+
+    def add_around(path: str, access: int) -> None:
+        real = os.path.realpath(path)
+        if any(real == h for h in hidden):
+            return
+        inner = [h for h in hidden if h.startswith(real.rstrip("/") + "/")]
+        if not inner or not os.path.isdir(real):
+            add(real, access)
+            return
+        for entry in os.listdir(real):
+            add_around(os.path.join(real, entry), access)
+
+    try:
+        for path in read_paths:
+            add_around(path, read)
+        for path in write_paths:
+            add(path, write)
+        _check(_libc.syscall(SYSCALLS["landlock_restrict_self"], ruleset, 0),
+               "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+# --------------------------------------------------------------------------- the lock-down
 
 def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
-              read_only_paths: list[str], hide_paths: list[str], limits: dict) -> str:
-    """In the worker (pid 1 of its namespace unless mode is plain), before student code."""
+              read_only_paths: list[str], hide_paths: list[str], limits: dict,
+              private_tmp: str | None = None, protected_pids: list[int] = (),
+              keep_fds: tuple[int, ...] = ()) -> dict:
+    """In the worker (pid 1 of its namespace unless mode is plain), before student code.
+
+    Returns what the worker should know about itself: its folder, temp dir and the layers
+    that are on (``landlock`` ABI, ``seccomp``).
+    """
     os.setsid()
-    own_processes = 0 if os.geteuid() == 0 else _own_processes()
-    os.closerange(3, channel_fd)
-    os.closerange(channel_fd + 1, 1000)   # fd 1000: the debug channel, only when debugging
-    os.closerange(1001, 1 << 16)
+    change_uid = uid is not None and os.geteuid() == 0 and mode in ("root", "plain")
+    own_tasks = count_own_tasks() if mode == "plain" and not change_uid else 0
+    keep = sorted({channel_fd, *keep_fds})
+    low = 3
+    for fd in keep:
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -229,11 +510,11 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
     if mode in ("root", "userns"):
         build_root(submission=submission, read_only_paths=read_only_paths,
                    hide_paths=hide_paths, tmp_size_mb=int(limits["tmp_mb"]))
-        folder = SUBMISSION_DIR
+        folder, tmp = SUBMISSION_DIR, "/tmp"
     else:
-        folder = submission
-    set_limits(limits, own_processes=own_processes)
-    if mode == "root":
+        folder, tmp = submission, private_tmp or "/tmp"
+    set_limits(limits, own_tasks=own_tasks)
+    if change_uid:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -243,10 +524,21 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
     prctl(PR_SET_DUMPABLE, 0)
     # Set after the uid change: a credential change clears the parent-death signal.
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Orphans of anything the student starts are re-parented here, not to the host's init,
+    # so "the worker has no children" means "nothing the student started is alive".
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    landlock = 0
+    if mode == "plain":
+        landlock = install_landlock(
+            read_paths=[*read_only_paths, submission, "/dev/urandom", "/dev/null",
+                        "/dev/zero"],
+            write_paths=[tmp] if private_tmp else [], hide_paths=hide_paths)
+    seccomp = install_seccomp(plain=(mode == "plain"), protected_pids=list(protected_pids))
     os.environ.clear()
-    os.environ.update({"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin",
+    os.environ.update({"HOME": tmp, "TMPDIR": tmp, "PATH": "/usr/bin:/bin",
                        "OMP_NUM_THREADS": "1"})
-    os.chdir("/tmp" if mode != "plain" else folder)
-    return folder
-
-
+    try:
+        os.chdir(tmp)
+    except OSError:
+        os.chdir("/")
+    return {"folder": folder, "tmp": tmp, "landlock": landlock, "seccomp": seccomp}

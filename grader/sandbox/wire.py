@@ -15,6 +15,7 @@ import json
 import math
 import socket
 import struct
+import time
 
 import torch
 
@@ -93,9 +94,15 @@ def encode(obj) -> bytes:
     )
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
     chunks = []
     while n:
+        if deadline is not None:
+            # A peer that trickles a frame out byte by byte is held to the same deadline.
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("deadline passed while reading a frame")
+            sock.settimeout(remaining)
         chunk = sock.recv(min(n, 1 << 20))
         if not chunk:
             raise PeerClosed("channel closed")
@@ -104,19 +111,24 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES):
-    """Read one frame and decode it (see ``decode``); raises PeerClosed or WireError."""
-    header_len, n_buffers = struct.unpack(">II", _recv_exact(sock, 8))
+def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES,
+               deadline: float | None = None):
+    """Read one frame and decode it (see ``decode``); raises PeerClosed or WireError.
+
+    With ``deadline`` (a ``time.monotonic()`` value) the whole frame must arrive by then,
+    else ``socket.timeout`` is raised.
+    """
+    header_len, n_buffers = struct.unpack(">II", _recv_exact(sock, 8, deadline))
     if header_len > MAX_HEADER_BYTES or n_buffers > MAX_TENSORS:
         raise WireError("frame header exceeds the caps")
-    header = _recv_exact(sock, header_len)
+    header = _recv_exact(sock, header_len, deadline)
     buffers, total = [], 0
     for _ in range(n_buffers):
-        (size,) = struct.unpack(">Q", _recv_exact(sock, 8))
+        (size,) = struct.unpack(">Q", _recv_exact(sock, 8, deadline))
         total += size
         if total > max_bytes:
             raise WireError(f"frame carries more than {max_bytes} bytes of tensors")
-        buffers.append(_recv_exact(sock, size))
+        buffers.append(_recv_exact(sock, size, deadline))
     return decode(header, buffers)
 
 
@@ -127,15 +139,19 @@ def send_frame(sock: socket.socket, obj) -> None:
 def decode(header: bytes, buffers: list[bytes]):
     """Rebuild a value from a header and its buffers, checking every tensor's metadata."""
     try:
-        tree = json.loads(header.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise WireError(f"malformed header: {exc}") from None
+        tree = json.loads(header.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise WireError(f"malformed header: {str(exc)[:200]}") from None
     used: set[int] = set()
 
     def dec(x, depth=0):
         if depth > MAX_DEPTH:
             raise WireError("value nested too deeply")
-        if x is None or isinstance(x, (bool, str, int, float)):
+        if x is None or isinstance(x, (bool, str, int)):
+            return x
+        if isinstance(x, float):
+            if not math.isfinite(x):  # e.g. 1e999 in the JSON text
+                raise WireError("non-finite number outside a __float__ marker")
             return x
         if isinstance(x, list):
             return [dec(v, depth + 1) for v in x]
@@ -154,13 +170,30 @@ def decode(header: bytes, buffers: list[bytes]):
                 raise WireError("malformed float")
             return float(text)
         if "__dict__" in x:
-            return {str(k): dec(v, depth + 1) for k, v in x["__dict__"]}
+            items = x["__dict__"]
+            if not isinstance(items, list) or not all(
+                    isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str)
+                    for kv in items):
+                raise WireError("malformed dict")
+            return {k: dec(v, depth + 1) for k, v in items}
         return {str(k): dec(v, depth + 1) for k, v in x.items()}
 
-    value = dec(tree)
+    try:
+        value = dec(tree)
+    except WireError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, RecursionError, OverflowError,
+            MemoryError) as exc:
+        # A frame from an untrusted peer may be any JSON at all: never let it raise
+        # anything but WireError in the trusted process.
+        raise WireError(f"malformed frame: {type(exc).__name__}") from None
     if len(used) != len(buffers):
         raise WireError("frame carries buffers that no tensor uses")
     return value
+
+
+def _no_constant(name):
+    raise ValueError(f"JSON constant {name} is not allowed")
 
 
 def _tensor(meta: dict, buffers: list[bytes], used: set[int]) -> torch.Tensor:

@@ -4,12 +4,12 @@ Runs in a forked, locked-down child of the zygote. It knows the student's files,
 under test and that lab's forbidden APIs; it never sees a reference, an expected value or a
 test. Each request names a target in the lab module (a function, or a class to construct and
 call) and carries the inputs; the reply carries plain values or the student's exception.
-Imports only the stdlib, torch and ``wire`` (loaded by path by the zygote).
+Imports only the stdlib, torch, ``wire`` and ``forbidden`` (loaded by path by the zygote).
 """
 
 from __future__ import annotations
 
-import ast
+import importlib
 import importlib.abc
 import importlib.util
 import io
@@ -19,148 +19,19 @@ import traceback
 
 import torch
 
+import forbidden
 import wire
 
-LAB_MODULE_PREFIX = "lab"
 STDOUT_CAP = 4000
 MESSAGE_CAP = 2000
-
-# Private entry points that do the same work as a forbidden public API; blocked with it.
-ALIASES = {
-    "torch.nn.functional.scaled_dot_product_attention": [
-        "torch._C._nn.scaled_dot_product_attention",
-        "torch.ops.aten.scaled_dot_product_attention",
-        "torch.ops.aten._scaled_dot_product_attention_math",
-        "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
-        "torch.ops.aten._scaled_dot_product_efficient_attention",
-        "torch.ops.aten._scaled_dot_product_flash_attention",
-        "torch.ops.aten._scaled_dot_product_cudnn_attention",
-        "torch.ops.aten._fused_sdp_choice",
-    ],
-    "torch.nn.functional.multi_head_attention_forward": [
-        "torch.ops.aten._native_multi_head_attention",
-        "torch._native_multi_head_attention",
-    ],
-    "torch.nn.TransformerEncoderLayer": ["torch.ops.aten._transformer_encoder_layer_fwd"],
-}
-
-
-class ForbiddenAPIError(RuntimeError):
-    """Raised in the worker when student code reaches an API its lab may not use."""
+LAB_MODULE_PREFIX = forbidden.LAB_MODULE_PREFIX
+ForbiddenAPIError = forbidden.ForbiddenAPIError
+index_bindings = forbidden.index_bindings
+static_violations = forbidden.static_violations
 
 
 class GradientError(RuntimeError):
     """The student's output is not connected to the inputs' autograd graph."""
-
-
-# --------------------------------------------------------------------------- forbidden APIs
-
-def _resolve(dotted: str):
-    parts = dotted.split(".")
-    obj = sys.modules.get(parts[0]) or __import__(parts[0])
-    for part in parts[1:]:
-        obj = getattr(obj, part)
-    return obj
-
-
-def index_bindings(names) -> dict[str, list[tuple[str, str]]]:
-    """For each dotted name, every (module, attribute) in sys.modules bound to that object.
-
-    Done once in the zygote so that a worker can replace every alias of a forbidden
-    function (``torch._C._nn.x`` is ``torch.nn.functional.x``) without scanning modules.
-    """
-    targets = {}
-    for name in names:
-        for alias in [name, *ALIASES.get(name, [])]:
-            try:
-                targets[id(_resolve(alias))] = name
-            except Exception:
-                continue
-    found: dict[str, list[tuple[str, str]]] = {name: [] for name in names}
-    for modname, module in list(sys.modules.items()):
-        try:
-            attrs = vars(module)
-        except TypeError:
-            continue
-        for attr, value in list(attrs.items()):
-            name = targets.get(id(value))
-            if name is not None:
-                found[name].append((modname, attr))
-    return found
-
-
-def install_guards(lab: str, forbidden, bindings) -> None:
-    """Make every forbidden API raise ForbiddenAPIError when called in this worker."""
-
-    def guard_for(name):
-        def forbidden_api(*args, **kwargs):
-            raise ForbiddenAPIError(f"{lab} may not use {name} (see the lab's rules)")
-
-        forbidden_api.__name__ = name.rsplit(".", 1)[-1]
-        return forbidden_api
-
-    for name in forbidden:
-        guard = guard_for(name)
-        try:
-            obj = _resolve(name)
-        except Exception:
-            continue
-        if isinstance(obj, type):
-            # Classes stay importable (type checks, subclassing) but cannot be built or run.
-            def blocked(self, *args, _name=name, **kwargs):
-                raise ForbiddenAPIError(f"{lab} may not use {_name} (see the lab's rules)")
-
-            obj.__init__ = blocked
-            obj.forward = blocked
-            obj.__call__ = blocked
-        for modname, attr in bindings.get(name, []):
-            module = sys.modules.get(modname)
-            if module is not None and not isinstance(obj, type):
-                setattr(module, attr, guard)
-        for alias in ALIASES.get(name, []):
-            head, _, leaf = alias.rpartition(".")
-            try:
-                setattr(_resolve(head), leaf, guard)
-            except Exception:
-                pass
-
-
-def static_violations(source: str, filename: str, forbidden) -> list[str]:
-    """Forbidden APIs named in the source: ``F.x``, ``from torch... import x``, reload()."""
-    leaves = {}
-    for name in forbidden:
-        for alias in [name, *ALIASES.get(name, [])]:
-            leaves[alias.rsplit(".", 1)[-1]] = name
-    try:
-        tree = ast.parse(source, filename)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []  # the import itself reports the syntax error
-    lab_aliases = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.startswith(LAB_MODULE_PREFIX):
-                    lab_aliases.add((a.asname or a.name).split(".")[0])
-    found = []
-    for node in ast.walk(tree):
-        hit = None
-        if isinstance(node, ast.Attribute) and node.attr in leaves:
-            root = node.value
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if not (isinstance(root, ast.Name) and root.id in lab_aliases | {"self"}):
-                hit = leaves[node.attr]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
-            for a in node.names:
-                if a.name in leaves:
-                    hit = leaves[a.name]
-        elif isinstance(node, (ast.Name, ast.Attribute)) and (
-            getattr(node, "id", None) == "reload" or getattr(node, "attr", None) == "reload"
-        ):
-            hit = "importlib.reload (it would rebuild blocked APIs)"
-        if hit:
-            found.append(f"{os.path.basename(filename)}:{node.lineno}: uses {hit}")
-    return found
 
 
 # --------------------------------------------------------------------------- student modules
@@ -193,6 +64,8 @@ class LabLoader(importlib.abc.Loader):
             raw = fh.read()
         source = raw.decode("utf-8")  # UnicodeDecodeError is reported like an import error
         problems = static_violations(source, filename, self.finder.forbidden)
+        for problem in problems:
+            forbidden._state["violations"].append(problem.rsplit("uses ", 1)[-1])
         if problems:
             raise ForbiddenAPIError(
                 f"{self.finder.lab} may not use: " + "; ".join(problems[:5])
@@ -202,22 +75,40 @@ class LabLoader(importlib.abc.Loader):
 
 
 def describe_exception(exc: BaseException, folder: str) -> dict:
-    """The student's exception as plain text: type, base names, message, their own frames."""
+    """The student's exception as plain text: type, base names, message, their own frames.
+
+    Student code controls the exception (its class, ``__str__``, even ``__mro__`` names), so
+    every step is guarded: whatever it does, a plain dict comes out.
+    """
+    def text(fn, default):
+        try:
+            value = fn()
+            return value if isinstance(value, str) else default
+        except BaseException:  # noqa: BLE001 - a __str__ that raises SystemExit, say
+            return default
+
     frames = []
-    for fs in traceback.extract_tb(exc.__traceback__):
-        if fs.filename.startswith(folder + os.sep):
-            frames.append(f"{os.path.basename(fs.filename)}:{fs.lineno} in {fs.name}")
-    where = frames[-1] if frames else ""
-    if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith(folder):
-        where = f"{os.path.basename(exc.filename)}:{exc.lineno}"
     try:
-        message = str(exc)
-    except Exception:
-        message = "<the exception's message could not be shown>"
+        for fs in traceback.extract_tb(exc.__traceback__):
+            if str(fs.filename).startswith(folder + os.sep):
+                frames.append(f"{os.path.basename(fs.filename)}:{fs.lineno} in {fs.name}")
+    except BaseException:  # noqa: BLE001
+        frames = []
+    where = frames[-1] if frames else ""
+    if isinstance(exc, SyntaxError):
+        filename = text(lambda: exc.filename, "")
+        if filename.startswith(folder):
+            where = f"{os.path.basename(filename)}:{text(lambda: str(exc.lineno), '?')}"
+    mro = []
+    try:
+        mro = [text(lambda c=c: c.__name__, "?") for c in type(exc).__mro__]
+    except BaseException:  # noqa: BLE001
+        mro = ["BaseException"]
     return {
-        "type": type(exc).__name__,
-        "mro": [c.__name__ for c in type(exc).__mro__],
-        "message": message[:MESSAGE_CAP],
+        "type": text(lambda: type(exc).__name__, "Exception"),
+        "mro": mro,
+        "message": text(lambda: str(exc), "<the exception's message could not be shown>")[
+            :MESSAGE_CAP],
         "where": where,
         "frames": frames[-8:],
     }
@@ -230,7 +121,11 @@ def _plain(value, depth=0):
     if depth > 8:
         raise TypeError("return value nested too deeply")
     if isinstance(value, torch.Tensor):
-        return torch.Tensor.detach(value).clone()
+        # A tensor subclass crosses as its plain data; the trusted side rebuilds a plain
+        # torch.Tensor from bytes in any case.
+        with torch._C.DisableTorchFunction():
+            plain = torch.Tensor.as_subclass(value, torch.Tensor)
+            return torch.Tensor.detach(plain).clone()
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):
@@ -305,6 +200,8 @@ class Server:
             obj = target(*req["ctor"]["args"], **req["ctor"]["kwargs"])
             if not isinstance(obj, torch.nn.Module):
                 raise TypeError(f"{req['target']}(...) did not build an nn.Module")
+            if req.get("dtype") in ("float32", "float64"):
+                obj.to(getattr(torch, req["dtype"]))  # before loading: keep the weights' dtype
             if req.get("state_dict") is not None:
                 obj.load_state_dict(req["state_dict"], strict=True)
             obj.train(bool(req.get("train", False)))
@@ -369,11 +266,13 @@ class Server:
             except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too
                 reply = {"error": describe_exception(exc, self.folder)}
             reply["stdout"] = self.stdout.take()
+            reply["forbidden"] = forbidden.take_violations()
             try:
                 frame = wire.encode(reply)
-            except Exception as exc:  # noqa: BLE001 - an unencodable student value
+            except BaseException as exc:  # noqa: BLE001 - an unencodable student value
                 frame = wire.encode({"error": describe_exception(exc, self.folder),
-                                     "stdout": reply["stdout"]})
+                                     "stdout": reply["stdout"],
+                                     "forbidden": reply["forbidden"]})
             self.sock.sendall(frame)
 
 
@@ -385,7 +284,8 @@ def serve(sock, config, bindings) -> None:
     """Entry point in the locked-down worker: guard, then answer requests until EOF."""
     server = Server(sock, config)
     sys.stdout = sys.stderr = server.stdout
+    sys.path[:] = [p for p in sys.path if p and p != "."]  # never the cwd
+    forbidden.install(config["lab"], config["forbidden"], bindings)
+    # Lab modules come only from the submission folder, ahead of every other finder.
     sys.meta_path.insert(0, LabFinder(config["folder"], config["lab"], config["forbidden"]))
-    sys.path[:] = [p for p in sys.path if p]  # never the cwd
-    install_guards(config["lab"], config["forbidden"], bindings)
     server.serve()

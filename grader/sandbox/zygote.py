@@ -1,23 +1,38 @@
 """The zygote: a torch-loaded process that forks one locked-down worker per request.
 
-Started by the trusted grader as ``python -I zygote.py`` with an empty environment, cwd /,
-and one control socket whose fd number is its only argument. It imports torch (with one thread, so forked children do
-not deadlock on a started OpenMP pool) and the stdlib modules students use, so workers pay
-milliseconds instead of seconds. It never loads the grader package, a rubric, a test, a
-reference or an expected value: a fork copies memory, so the zygote holds nothing secret.
+Started by the trusted grader as ``python -I zygote.py <fd>`` with an empty environment,
+cwd /, and one control socket whose fd number is its only argument. It imports torch (with
+one thread, so forked children do not deadlock on a started OpenMP pool) and the stdlib
+modules students use, so workers pay milliseconds instead of seconds. It never loads the
+grader package, a rubric, a test, a reference or an expected value: a fork copies memory,
+so the zygote holds nothing secret.
 
 Control messages (SOCK_SEQPACKET, JSON, one per datagram):
+  grader -> zygote  {"mode": ..., "forbidden": [...], "probe": {...}}   once, at start
+  zygote -> grader  {"ready": true, "mode": ..., "pid": ...}
   grader -> zygote  {"op": "spawn", "config": {...}} with the worker's channel fd attached
-  zygote -> grader  {"pid": <worker pid>} or {"error": "..."}
+  zygote -> grader  {"pid": <worker pid>, "keeper": <pid>} with the lifeline fd attached,
+                    or {"error": "..."}
+
+Process tree of one worker:
+  zygote -> keeper (trusted; enters the namespaces; stays outside the new PID namespace)
+         -> worker (pid 1 of a new PID namespace in root/userns mode; locked down)
+The keeper never reaps the worker while the grader holds the lifeline (the write end of a
+pipe whose read end the keeper waits on), so the worker's pid cannot be reused while the
+grader may still signal it. When the grader closes the lifeline (or dies), the keeper kills
+the worker and every process below it, reaps them, removes the worker's private temp folder
+(plain mode), and exits.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [HERE] + [p for p in sys.path if p and os.path.abspath(p) != HERE]
@@ -33,6 +48,7 @@ PRELOAD = [
     "types", "inspect", "textwrap", "statistics", "fractions", "decimal", "json", "time",
     "numpy", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.autograd",
     "torch.linalg", "torch.fft", "torch.testing", "torch.utils.checkpoint",
+    "importlib.util", "importlib.abc", "ast", "traceback", "io", "gc", "ctypes",
 ]
 for _name in PRELOAD:
     try:
@@ -40,95 +56,187 @@ for _name in PRELOAD:
     except Exception:  # noqa: BLE001 - a missing optional module only narrows what students may use
         pass
 
+import forbidden  # noqa: E402
 import jail  # noqa: E402
 import wire  # noqa: E402,F401
 import worker  # noqa: E402
 
 
-def spawn(config: dict, channel_fd: int, mode: str, bindings) -> dict:
-    """Fork the worker (through a short-lived first child that enters the namespaces)."""
-    r, w = os.pipe()
-    first = os.fork()
-    if first == 0:
+def spawn(config: dict, channel_fd: int, mode: str, bindings) -> tuple[dict, int | None]:
+    """Fork the keeper, which forks the worker; returns the reply and the lifeline fd."""
+    status_r, status_w = os.pipe()
+    life_r, life_w = os.pipe()
+    keeper = os.fork()
+    if keeper == 0:
         try:
-            os.close(r)
-            jail.prctl(jail.PR_SET_PDEATHSIG, signal.SIGKILL)
-            jail.enter_namespaces(mode)
-            pid = os.fork()
-            if pid == 0:
-                os.close(w)
-                _run_worker(config, channel_fd, mode, bindings)
-            os.write(w, json.dumps({"pid": pid}).encode())
-            os.close(w)
-            os.close(channel_fd)
-            # Stay as the worker's parent: when we die (the zygote died), it dies too.
-            os.waitpid(pid, 0)
-            os._exit(0)
+            os.close(status_r)
+            os.close(life_w)
+            _keeper(config, channel_fd, mode, bindings, status_w, life_r)
         except BaseException as exc:  # noqa: BLE001
-            os.write(w, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
-            os._exit(1)
-    os.close(w)
+            try:
+                os.write(status_w, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+            except OSError:
+                pass
+        os._exit(1)
+    os.close(status_w)
+    os.close(life_r)
     data = b""
-    while chunk := os.read(r, 4096):
+    while chunk := os.read(status_r, 4096):
         data += chunk
-    os.close(r)
-    return json.loads(data or b'{"error": "the sandbox could not start"}')
-
-
-def _run_worker(config, channel_fd, mode, bindings):
-    code = 0
-    if config.get("debug"):
-        config["debug_fd"] = os.dup2(2, 1000)
+    os.close(status_r)
     try:
-        folder = jail.lock_down(
-            mode=mode, channel_fd=channel_fd, submission=config["submission"],
-            uid=config.get("uid"), read_only_paths=config["read_only_paths"],
-            hide_paths=config["hide_paths"], limits=config["limits"],
-        )
-        sock = socket.socket(fileno=channel_fd)
-        worker.serve(sock, {**config, "folder": folder}, bindings)
-    except BaseException:  # noqa: BLE001 - the grader sees a closed channel
-        if config.get("debug"):
-            import traceback
-            os.write(config["debug_fd"], traceback.format_exc().encode())
-        code = 70
-    os._exit(code)
+        reply = json.loads(data or b"{}")
+    except ValueError:
+        reply = {}
+    if "pid" not in reply:
+        os.close(life_w)
+        return {"error": reply.get("error", "the sandbox could not start")}, None
+    reply["keeper"] = keeper
+    return reply, life_w
 
 
-def reap() -> None:
+def _keeper(config, channel_fd, mode, bindings, status_w, life_r):
+    """The worker's trusted parent: namespaces in, worker out, then wait for the lifeline."""
+    os.setsid()  # out of the zygote's process group: the grader never signals us by group
+    private_tmp = None
+    if mode == "plain":
+        private_tmp = tempfile.mkdtemp(prefix="grader-work-")
+        if os.geteuid() == 0 and config.get("uid") is not None:
+            os.chown(private_tmp, config["uid"], config["uid"])
+        os.chmod(private_tmp, 0o700)
+    jail.enter_namespaces(mode, config.get("uid"))
+    # Plain mode has no PID namespace whose end kills everything: orphans come here.
+    jail.prctl(jail.PR_SET_CHILD_SUBREAPER, 1)
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_w)
+        os.close(life_r)
+        _run_worker(config, channel_fd, mode, bindings, private_tmp)
+    os.close(channel_fd)
+    os.write(status_w, json.dumps({"pid": pid}).encode())
+    os.close(status_w)
+    try:
+        while os.read(life_r, 4096):
+            pass
+    except OSError:
+        pass
+    # The grader is done with this worker (or gone): end it and everything below it.
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if mode == "plain":
+        _kill_descendants()
+    _reap_all()
+    if private_tmp:
+        shutil.rmtree(private_tmp, ignore_errors=True)
+    os._exit(0)
+
+
+def _children() -> list[int]:
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _kill_descendants() -> None:
+    """Kill every child until none is left (orphans of killed ones are re-parented here)."""
+    for _ in range(1000):
+        _reap_all(block=False)
+        kids = _children()
+        if not kids:
+            return
+        for kid in kids:
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _reap_all(block: bool = True) -> None:
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
 
 
+def _run_worker(config, channel_fd, mode, bindings, private_tmp):
+    code = 0
+    debug_fd = None
+    if config.get("debug"):
+        debug_fd = os.dup2(2, 1000)
+    try:
+        info = jail.lock_down(
+            mode=mode, channel_fd=channel_fd, submission=config["submission"],
+            uid=config.get("uid"), read_only_paths=config["read_only_paths"],
+            hide_paths=config["hide_paths"], limits=config["limits"],
+            private_tmp=private_tmp, protected_pids=config.get("protected_pids", []),
+            keep_fds=(debug_fd,) if debug_fd is not None else (),
+        )
+        sock = socket.socket(fileno=channel_fd)
+        worker.serve(sock, {**config, **info}, bindings)
+    except BaseException:  # noqa: BLE001 - the grader sees a closed channel
+        if debug_fd is not None:
+            import traceback
+            os.write(debug_fd, traceback.format_exc().encode())
+        code = 70
+    os._exit(code)
+
+
 def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     jail.prctl(jail.PR_SET_PDEATHSIG, signal.SIGKILL)
-    jail.prctl(jail.PR_SET_CHILD_SUBREAPER, 1)
+    # Same-uid workers (plain mode) may neither ptrace nor write into this process.
+    jail.prctl(jail.PR_SET_DUMPABLE, 0)
     hello = json.loads(control.recv(1 << 16))
-    mode = jail.detect_mode() if hello.get("mode", "auto") == "auto" else hello["mode"]
-    bindings = worker.index_bindings(hello.get("forbidden", []))
-    control.send(json.dumps({"ready": True, "mode": mode, "pid": os.getpid()}).encode())
+    mode = hello.get("mode", "auto")
+    if mode not in jail.MODES:
+        mode = jail.detect_mode(hello.get("probe"))
+    bindings = forbidden.index_bindings(hello.get("forbidden", []))
+    control.send(json.dumps({"ready": True, "mode": mode, "pid": os.getpid(),
+                             "landlock": jail.landlock_abi()}).encode())
     while True:
-        msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+        try:
+            msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+        except OSError:
+            return
         if not msg:
             return
-        reap()
-        request = json.loads(msg)
+        _reap_all(block=False)
+        try:
+            request = json.loads(msg)
+        except ValueError:
+            request = {}
         if request.get("op") != "spawn" or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
             control.send(json.dumps({"error": "bad control message"}).encode())
             continue
+        lifeline = None
         try:
-            reply = spawn(request["config"], fds[0], mode, bindings)
+            reply, lifeline = spawn(request["config"], fds[0], mode, bindings)
+        except Exception as exc:  # noqa: BLE001
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
             os.close(fds[0])
-        control.send(json.dumps(reply).encode())
+        if lifeline is not None:
+            socket.send_fds(control, [json.dumps(reply).encode()], [lifeline])
+            os.close(lifeline)
+        else:
+            control.send(json.dumps(reply).encode())
 
 
 if __name__ == "__main__":

@@ -243,3 +243,17 @@ def block_param_grads(ref):
     """Gradients of the reference, renamed to the student's parameter names."""
     params = dict(ref.named_parameters())
     return {name: params[ref_name].grad for name, ref_name in BLOCK_NAMES.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# lab 3: positional encodings
+# --------------------------------------------------------------------------------------------
+
+
+def sinusoidal64(seq_len, d_model, base=10000.0):
+    """The closed form in float64: PE[pos, 2i] = sin(pos / base**(2i/d)), PE[pos, 2i+1] = cos(same)."""
+    pos = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)
+    feature = torch.arange(d_model, dtype=torch.float64)
+    two_i = feature - feature % 2                     # 0, 0, 2, 2, 4, 4, ...
+    angle = pos / torch.tensor(float(base), dtype=torch.float64) ** (two_i / d_model)
+    return torch.where(feature % 2 == 0, torch.sin(angle), torch.cos(angle))

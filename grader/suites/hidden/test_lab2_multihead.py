@@ -76,11 +76,17 @@ def test_all_blocked_row_gives_zero_weights_and_bias_output(student, tol, gen):
     assert_close(out, exp_out, tol=tol, name="output", axes=O_AXES)
 
 
-def test_constructor_indivisible_d_model_raises_value_error(student):
-    """MultiHeadAttention(d_model=10, num_heads=4) raises ValueError."""
+def test_head_count_must_divide_d_model(student, tol, gen):
+    """MultiHeadAttention(10, 4) raises ValueError; d_model=12 works with 3 heads and with 6 heads."""
     with student.raises("ValueError"):
-        mha = student.module("MultiHeadAttention", 10, 4)
-        mha.state_dict()
+        student.module("MultiHeadAttention", 10, 4).state_dict()
+    sd = mha_weights(gen, 12)
+    x = randn(gen, 2, 5, 12)
+    for heads in (3, 6):
+        out, w = _mha(student, sd, 12, heads)(x, x, x)
+        exp_out, exp_w = mha_reference_outputs(sd, 12, heads, x, x, x)
+        assert_close(w, exp_w, tol=tol, name=f"weights with {heads} heads", axes=W_AXES)
+        assert_close(out, exp_out, tol=tol, name=f"output with {heads} heads", axes=O_AXES)
 
 
 def test_no_bias_matches_pytorch(student, tol, gen):

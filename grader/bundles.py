@@ -1,0 +1,509 @@
+"""What leaves the course repository: the student release, the Gradescope autograder zip,
+and the GitHub Classroom result (``grader release``, ``grader gradescope``, ``grader classroom``).
+
+- ``build_release``: exercises, public suites, the grader without its hidden suites, a rubric
+  of the public tests only, a pyproject and a README. It is scanned before it is published:
+  a hidden test name, a line of a solution region or a line of a hidden suite anywhere in it
+  refuses the build.
+- ``build_gradescope``: ``setup.sh`` and ``run_autograder`` at the zip's root, the whole
+  grader (hidden suites too), ``solutions/`` (references), ``rubric.yaml``, and the runner's
+  settings. The same zip is the private grader bundle of the GitHub Classroom workflow.
+
+See docs/ci-autograding.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader import paths
+from grader.autograder import TEMPLATES
+
+DEFAULT_DEPENDENCIES = ["torch==2.13.0", "numpy", "pytest>=8", "pyyaml>=6", "rich>=13"]
+SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store"}
+SKIP_SUFFIXES = (".pyc", ".pyo", ".egg-info")
+MIN_SECRET_LINE = 12            # shorter lines are too generic to call a leak (as grader.stubs)
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same course gives the same zip
+EXECUTABLES = {"setup.sh", "run_autograder"}
+
+
+class BundleError(Exception):
+    """A bundle cannot be built (bad option, leaked secret, unwritable output)."""
+
+
+# --------------------------------------------------------------------------------------
+# Pieces shared by both bundles
+# --------------------------------------------------------------------------------------
+
+
+def _skipped(path: Path) -> bool:
+    return path.name in SKIP_NAMES or path.name.endswith(SKIP_SUFFIXES)
+
+
+def _files_under(root: Path, *, exclude: tuple[Path, ...] = ()) -> list[Path]:
+    """Regular files under ``root`` (sorted, relative), without caches and ``exclude`` trees."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames
+                             if not _skipped(here / d) and (here / d) not in exclude)
+        for name in sorted(filenames):
+            path = here / name
+            if not _skipped(path) and path.is_file() and not path.is_symlink():
+                found.append(path.relative_to(root))
+    return found
+
+
+def course_dependencies(pyproject: Path | None = None) -> list[str]:
+    """The grader's runtime dependencies, from the course's pyproject.toml when readable."""
+    pyproject = pyproject or paths.PACKAGE.parent / "pyproject.toml"
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return list(DEFAULT_DEPENDENCIES)
+    try:
+        with open(pyproject, "rb") as fh:
+            deps = tomllib.load(fh)["project"]["dependencies"]
+    except (OSError, KeyError, ValueError):
+        return list(DEFAULT_DEPENDENCIES)
+    return [str(d) for d in deps] or list(DEFAULT_DEPENDENCIES)
+
+
+def pyproject_text(*, name: str, description: str, dependencies: list[str],
+                   hidden_suites: bool) -> str:
+    """A pyproject.toml that installs this grader (``pip install -e .`` or ``pip install .``)."""
+    data = ["suites/*.py", "suites/pytest.ini", "suites/public/*.py", "autograder/*"]
+    if hidden_suites:
+        data.append("suites/hidden/*.py")
+    deps = "".join(f"    {json.dumps(d)},\n" for d in dependencies)
+    return (
+        "[build-system]\n"
+        'requires = ["setuptools>=68"]\n'
+        'build-backend = "setuptools.build_meta"\n\n'
+        "[project]\n"
+        f"name = {json.dumps(name)}\n"
+        'version = "0.1.0"\n'
+        f"description = {json.dumps(description)}\n"
+        'requires-python = ">=3.10"\n'
+        f"dependencies = [\n{deps}]\n\n"
+        "[project.scripts]\n"
+        'grader = "grader.cli:main"\n\n'
+        "[tool.setuptools.packages.find]\n"
+        'include = ["grader*"]\n\n'
+        "[tool.setuptools.package-data]\n"
+        f"grader = {json.dumps(data)}\n"
+    )
+
+
+def public_rubric_text(rubric_path: Path) -> str:
+    """rubric.yaml with the hidden tests removed (their names, points and settings)."""
+    import yaml
+
+    from grader.rubric import load_rubric
+
+    rubric = load_rubric(rubric_path)  # validates; raises RubricError naming file:line
+    raw = yaml.safe_load(Path(rubric_path).read_text(encoding="utf-8"))
+    for lab_name, lab in raw["labs"].items():
+        public = [n for n, t in rubric.labs[lab_name].tests.items() if t.visibility == "public"]
+        lab["tests"] = {n: lab["tests"][n] for n in public}
+    header = ("# The public tests and their points (generated by `grader release`). The\n"
+              "# autograder's own rubric also lists hidden tests; they are not in this file.\n")
+    return header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=False, width=100)
+
+
+# --------------------------------------------------------------------------------------
+# What must never reach students
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Secrets:
+    """What a student bundle may not contain."""
+    hidden_names: set[str] = field(default_factory=set)
+    solution_lines: set[str] = field(default_factory=set)
+    hidden_suite_lines: set[str] = field(default_factory=set)
+
+
+_IMPORT_RE = re.compile(r"(import|from)\s+[\w.]+")
+_WORD_RE = re.compile(r"[A-Za-z_]\w*")
+
+
+def distinctive(line: str) -> bool:
+    """Whether a stripped line says enough to be a secret: not an import, not a separator,
+    not a short generic statement (at least MIN_SECRET_LINE characters and two words)."""
+    return (len(line) >= MIN_SECRET_LINE and not _IMPORT_RE.match(line)
+            and len(_WORD_RE.findall(line)) >= 2)
+
+
+def _stripped_lines(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines()}
+
+
+def course_secrets(*, rubric_path: Path = paths.RUBRIC, solutions_dir: Path = paths.SOLUTIONS,
+                   suites_dir: Path = paths.SUITES) -> Secrets:
+    """Hidden test names, solution-region lines and hidden-suite lines of the course.
+
+    A line that students get anyway (the stubs' given code, the public suites and their
+    shared helpers) is not a secret, nor is a hidden test name that is also a public one.
+    """
+    from grader.rubric import load_rubric
+    from grader.stubs import solution_regions, strip_solutions
+
+    rubric = load_rubric(rubric_path)
+    public_names = {n for lab in rubric.labs.values() for n, t in lab.tests.items()
+                    if t.visibility == "public"}
+    secrets = Secrets(hidden_names={n for lab in rubric.labs.values()
+                                    for n, t in lab.tests.items()
+                                    if t.visibility == "hidden"} - public_names)
+    given: set[str] = set()
+    for f in sorted(list(suites_dir.glob("*.py")) + list((suites_dir / "public").glob("*.py"))):
+        given |= _stripped_lines(f.read_text(encoding="utf-8"))
+    for f in sorted(Path(solutions_dir).glob("lab*.py")):
+        source = f.read_text(encoding="utf-8")
+        given |= _stripped_lines(strip_solutions(source, path=str(f)))
+        for region in solution_regions(source, path=str(f)):
+            secrets.solution_lines |= {s for line in region.code_lines
+                                       if distinctive(s := line.strip())}
+    for f in sorted((suites_dir / "hidden").glob("*.py")):
+        secrets.hidden_suite_lines |= {s for s in _stripped_lines(f.read_text(encoding="utf-8"))
+                                       if distinctive(s)}
+    secrets.solution_lines -= given
+    secrets.hidden_suite_lines -= given
+    return secrets
+
+
+def find_leaks(folder: Path, secrets: Secrets) -> list[str]:
+    """``file:line: what`` for every secret found in any file under ``folder``."""
+    names = re.compile(r"\b(" + "|".join(sorted(map(re.escape, secrets.hidden_names))) + r")\b") \
+        if secrets.hidden_names else None
+    leaks = []
+    for rel in _files_under(folder):
+        text = (folder / rel).read_bytes().decode("utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            stripped = line.strip()
+            if names and (m := names.search(line)):
+                leaks.append(f"{rel}:{number}: hidden test name {m.group(1)}")
+            if stripped in secrets.solution_lines:
+                leaks.append(f"{rel}:{number}: solution code: {stripped[:80]}")
+            if stripped in secrets.hidden_suite_lines:
+                leaks.append(f"{rel}:{number}: hidden suite line: {stripped[:80]}")
+    return leaks
+
+
+def public_suites_needing_solutions(suites_dir: Path) -> list[str]:
+    """``file:line`` of public suites that import grader.reference (it loads solutions/,
+    which a release does not have: those tests would fail for every student)."""
+    found = []
+    for f in sorted((suites_dir / "public").glob("*.py")):
+        try:
+            tree = ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
+        except SyntaxError:
+            continue  # `grader validate` reports it
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "grader.reference" or n.startswith("grader.reference.") for n in names):
+                found.append(f"{f.name}:{node.lineno}")
+    return found
+
+
+# --------------------------------------------------------------------------------------
+# grader release
+# --------------------------------------------------------------------------------------
+
+
+def _fresh_output_dir(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BundleError(f"{out}: already exists and is not an empty folder; choose a new one")
+
+
+def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
+                  course: Path = paths.COURSE, package: Path = paths.PACKAGE,
+                  classroom_workflow: bool = False, title: str = "Attention labs") -> Path:
+    """Write the student bundle to the new folder ``out`` (built aside, then renamed)."""
+    from grader.rubric import load_rubric
+
+    out = Path(out).resolve()
+    _fresh_output_dir(out)
+    rubric = load_rubric(rubric_path)
+    exercises = course / "exercises"
+    if not exercises.is_dir():
+        raise BundleError(f"{exercises}: no exercises folder (run `grader stubs` first)")
+    needing = public_suites_needing_solutions(package / "suites")
+    if needing:
+        raise BundleError(
+            "public suites that students get import grader.reference, which loads solutions/ "
+            f"(not in a release): {', '.join(needing)}. Compute their expected values in the "
+            "suite or in grader/suites/_inputs.py instead, or make those tests hidden.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for rel in _files_under(package, exclude=(package / "suites" / "hidden",)):
+            _copy(package / rel, staging / "grader" / rel)
+        for rel in _files_under(exercises):
+            _copy(exercises / rel, staging / "exercises" / rel)
+        contract = course / "docs" / "LAB_CONTRACT.md"
+        if contract.is_file():
+            _copy(contract, staging / "docs" / "LAB_CONTRACT.md")
+        _write(staging / "rubric.yaml", public_rubric_text(rubric_path))
+        deps = course_dependencies()
+        _write(staging / "pyproject.toml", pyproject_text(
+            name="attention-labs-student", description=f"{title}: exercises and public tests",
+            dependencies=deps, hidden_suites=False))
+        _write(staging / "requirements.txt", "".join(f"{d}\n" for d in deps))
+        _write(staging / "README.md", _student_readme(rubric, title))
+        _write(staging / ".gitignore", ".venv/\n__pycache__/\n*.egg-info/\n")
+        if classroom_workflow:
+            _copy(TEMPLATES / "classroom.yml", staging / ".github" / "workflows" / "classroom.yml")
+        leaks = find_leaks(staging, course_secrets(rubric_path=rubric_path,
+                                                   solutions_dir=course / "solutions",
+                                                   suites_dir=package / "suites"))
+        if leaks:
+            shown = "\n".join(f"  {leak}" for leak in leaks[:20])
+            more = f"\n  ... and {len(leaks) - 20} more" if len(leaks) > 20 else ""
+            raise BundleError(f"the release would leak {len(leaks)} secret(s); nothing was "
+                              f"written:\n{shown}{more}")
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+        os.chmod(out, 0o755)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out
+
+
+def _student_readme(rubric, title: str) -> str:
+    from string import Template
+
+    template = Template((TEMPLATES / "README.student.md").read_text(encoding="utf-8"))
+    return template.safe_substitute(
+        title=title,
+        labs=", ".join(f"`{name}` ({lab.title})" for name, lab in rubric.labs.items()),
+        files=", ".join(f"`{lab.file}`" for lab in rubric.labs.values()))
+
+
+def _copy(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    os.chmod(dest, 0o755 if os.access(src, os.X_OK) and dest.name in EXECUTABLES else 0o644)
+
+
+def _write(dest: Path, text: str) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------
+# grader gradescope
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ZipPlan:
+    """Archive name -> (bytes, executable) of everything the autograder zip holds."""
+    entries: dict[str, tuple[bytes, bool]] = field(default_factory=dict)
+
+    def add_file(self, name: str, path: Path) -> None:
+        self.entries[name] = (path.read_bytes(), name in EXECUTABLES)
+
+    def add_text(self, name: str, text: str) -> None:
+        self.entries[name] = (text.encode("utf-8"), name in EXECUTABLES)
+
+    def write(self, out: Path) -> None:
+        """Write atomically: a temporary file in the same folder, then a rename."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
+                for name in sorted(self.entries):
+                    data, executable = self.entries[name]
+                    info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = ((0o100755 if executable else 0o100644) << 16)
+                    zf.writestr(info, data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+def build_gradescope(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
+                     course: Path = paths.COURSE, package: Path = paths.PACKAGE,
+                     labs: list[str] | None = None, timeout_s: float = 600.0,
+                     worker_memory_mb: int = 256, torch_index_url: str | None = None,
+                     wheels: Path | None = None) -> Path:
+    """Write the Gradescope autograder zip (also the Classroom grader bundle) to ``out``."""
+    from grader.rubric import load_rubric
+
+    out = Path(out).resolve()
+    if out.suffix != ".zip":
+        raise BundleError(f"{out}: the autograder must be a .zip file")
+    rubric = load_rubric(rubric_path)
+    labs = list(labs or [])
+    unknown = [lab for lab in labs if lab not in rubric.labs]
+    if unknown:
+        raise BundleError(f"unknown lab(s) {', '.join(unknown)}; the labs are "
+                          f"{', '.join(rubric.labs)}")
+    if timeout_s <= 0 or worker_memory_mb <= 0:
+        raise BundleError("the timeout and the worker memory must be positive")
+    if torch_index_url is not None and not re.fullmatch(r"https?://\S+", torch_index_url):
+        raise BundleError(f"{torch_index_url!r}: the torch index must be an http(s) URL")
+    solutions = course / "solutions"
+    if not solutions.is_dir():
+        raise BundleError(f"{solutions}: no solutions folder (the suites need its references)")
+
+    plan = ZipPlan()
+    plan.add_file("setup.sh", TEMPLATES / "setup.sh")
+    plan.add_file("run_autograder", TEMPLATES / "run_autograder")
+    for rel in _files_under(package):
+        plan.add_file(f"grader/{rel.as_posix()}", package / rel)
+    for rel in _files_under(solutions):
+        plan.add_file(f"solutions/{rel.as_posix()}", solutions / rel)
+    plan.add_file("rubric.yaml", Path(rubric_path))
+    deps = course_dependencies()
+    plan.add_text("requirements.txt", "".join(f"{d}\n" for d in deps))
+    plan.add_text("pyproject.toml", pyproject_text(
+        name="attention-labs-autograder", description="Attention labs autograder",
+        dependencies=deps, hidden_suites=True))
+    plan.add_text("autograder.json", json.dumps({
+        "labs": labs or None, "timeout_s": timeout_s, "worker_memory_mb": worker_memory_mb,
+        "sandbox_mode": "auto"}, indent=2) + "\n")
+    if torch_index_url:
+        plan.add_text("setup.env", f"TORCH_INDEX_URL={shlex.quote(torch_index_url)}\n")
+    if wheels is not None:
+        found = sorted(Path(wheels).glob("*.whl"))
+        if not found:
+            raise BundleError(f"{wheels}: no .whl files to ship")
+        for whl in found:
+            plan.add_file(f"wheels/{whl.name}", whl)
+    plan.write(out)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------
+
+
+def _rubric_path(args) -> Path:
+    return Path(args.rubric) if getattr(args, "rubric", None) else paths.RUBRIC
+
+
+def _labs_arg(values: list[str] | None) -> list[str]:
+    return [lab.strip() for v in values or [] for lab in v.split(",") if lab.strip()]
+
+
+def cmd_release(args) -> int:
+    try:
+        out = build_release(args.out, rubric_path=_rubric_path(args),
+                            classroom_workflow=args.classroom, title=args.title)
+    except BundleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    count = len(_files_under(out))
+    print(f"Wrote the student release to {out} ({count} files; no hidden tests, solutions "
+          "or hidden points).")
+    print(f"Students: cd {out.name} && pip install -e . && grader check")
+    return 0
+
+
+def cmd_gradescope(args) -> int:
+    from grader.rubric import load_rubric
+
+    labs = _labs_arg(args.labs)
+    try:
+        out = build_gradescope(args.out, rubric_path=_rubric_path(args), labs=labs,
+                               timeout_s=args.timeout_min * 60,
+                               worker_memory_mb=args.worker_memory_mb,
+                               torch_index_url=args.torch_index_url,
+                               wheels=Path(args.wheels) if args.wheels else None)
+    except BundleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rubric = load_rubric(_rubric_path(args))
+    points = sum(t.points for name in (labs or rubric.labs)
+                 for t in rubric.labs[name].tests.values())
+    print(f"Wrote {out} ({out.stat().st_size / 2**20:.1f} MiB).")
+    print(f"On Gradescope: upload it as the autograder, set the assignment to {points:g} points "
+          f"and its timeout to {args.timeout_min:g} minutes (or more).")
+    return 0
+
+
+def cmd_classroom(args) -> int:
+    from rich.console import Console
+
+    from grader.grading import grade_submission
+    from grader.reports import classroom_encoded, classroom_payload
+    from grader.results import atomic_write_text, render_table
+    from grader.rubric import load_rubric
+
+    github_output = os.environ.get("GITHUB_OUTPUT") if args.github_output else None
+    if args.github_output and not github_output:
+        print("error: --github-output needs the GITHUB_OUTPUT variable (set by GitHub Actions)",
+              file=sys.stderr)
+        return 2
+    visibility = ("public",) if args.public_only else ("public", "hidden")
+    result = grade_submission(Path(args.submission), rubric=load_rubric(_rubric_path(args)),
+                              labs=[args.lab] if args.lab else None, visibility=visibility)
+    render_table(result, console=Console(stderr=True))
+    encoded = classroom_encoded(result)
+    if args.out:
+        atomic_write_text(Path(args.out), json.dumps(classroom_payload(result), indent=2) + "\n")
+    if github_output:
+        with open(github_output, "a", encoding="utf-8") as fh:
+            fh.write(f"result={encoded}\n")
+    if not args.quiet:
+        print(encoded)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("release", help="instructors: build the student bundle "
+                                              "(exercises, public tests, no secrets)")
+    p.add_argument("--out", required=True, help="a new (or empty) folder for the bundle")
+    p.add_argument("--classroom", action="store_true",
+                   help="add the GitHub Classroom workflow (.github/workflows/classroom.yml)")
+    p.add_argument("--title", default="Attention labs", help="the README's title")
+    p.set_defaults(func=cmd_release)
+
+    p = subparsers.add_parser("gradescope", help="instructors: build the Gradescope "
+                                                 "autograder zip (also the Classroom bundle)")
+    p.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
+    p.add_argument("--lab", dest="labs", action="append", metavar="LAB",
+                   help="grade only this lab (repeat, or comma-separate); default: all")
+    p.add_argument("--timeout-min", type=float, default=10.0,
+                   help="the assignment's Gradescope timeout in minutes (default 10); "
+                        "partial results are written shortly before it")
+    p.add_argument("--worker-memory-mb", type=int, default=256,
+                   help="memory a sandbox worker may add to the torch zygote (default 256)")
+    p.add_argument("--torch-index-url", help="an extra package index for torch in setup.sh "
+                                             "(e.g. PyTorch's CPU-only wheels)")
+    p.add_argument("--wheels", help="a folder of .whl files to ship and install offline")
+    p.set_defaults(func=cmd_gradescope)
+
+    p = subparsers.add_parser("classroom", help="grade a submission and emit the GitHub "
+                                                "Classroom reporter payload (base64 JSON)")
+    p.add_argument("submission", help="a folder of lab files")
+    p.add_argument("--lab", help="only this lab")
+    p.add_argument("--public-only", action="store_true", help="run only the public tests")
+    p.add_argument("--out", help="also write the decoded payload (JSON) here")
+    p.add_argument("--github-output", action="store_true",
+                   help="append result=<payload> to $GITHUB_OUTPUT (for the reporter step)")
+    p.add_argument("--quiet", action="store_true", help="do not print the payload")
+    p.set_defaults(func=cmd_classroom)

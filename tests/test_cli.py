@@ -1,0 +1,59 @@
+"""The command line as a user meets it: exit statuses, files written, errors that name the cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from grader import paths
+
+GRADER = [sys.executable, "-m", "grader.cli"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([*GRADER, *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "COLUMNS": "200"}, timeout=600)
+
+
+def test_check_passes_on_solutions_for_one_lab():
+    proc = run("check", str(paths.SOLUTIONS), "--lab", "lab3_positional")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "lab3_positional" in proc.stdout and "FAIL" not in proc.stdout
+
+
+def test_check_fails_on_untouched_stub_and_says_not_implemented():
+    proc = run("check", "--lab", "lab1_attention")
+    assert proc.returncode == 1
+    assert "not implemented yet" in proc.stdout
+    assert "hidden" not in proc.stdout.split("public test(s) failing")[0].lower()
+
+
+def test_grade_writes_results_json(tmp_path):
+    proc = run("grade", str(paths.SOLUTIONS), "--out", str(tmp_path), "--lab", "lab3_positional")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["score"] == data["extra_data"]["labs"]["lab3_positional"]["max_score"] > 0
+
+
+def test_bad_rubric_is_reported_with_file_and_line(tmp_path):
+    bad = tmp_path / "rubric.yaml"
+    bad.write_text("version: 1\nlabs:\n  lab1_attention:\n    title: x\n    file: lab1_attention.py\n"
+                   "    tests:\n      test_a: {points: two, visibility: public}\n")
+    proc = run("--rubric", str(bad), "check", str(paths.SOLUTIONS))
+    assert proc.returncode == 2
+    assert f"{bad}:7:" in proc.stderr and "points" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_submission_is_a_clear_error(tmp_path):
+    proc = run("grade", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_validate_passes_on_the_course():
+    proc = run("validate")
+    assert proc.returncode == 0, proc.stdout
+    assert "FAIL" not in proc.stdout

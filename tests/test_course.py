@@ -1,0 +1,36 @@
+"""The committed course content agrees with itself: stubs, solutions, rubric and suites."""
+
+from __future__ import annotations
+
+from grader import paths
+from grader.rubric import check_rubric_against_suites, load_rubric
+from grader.stubs import leaked_solution_lines, solution_regions, stub_drift
+
+
+def test_committed_stubs_are_what_the_generator_writes():
+    assert stub_drift(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES) == []
+
+
+def test_stubs_hold_no_solution_code():
+    assert leaked_solution_lines(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES) == []
+
+
+def test_every_lab_has_a_solution_a_stub_and_suites():
+    rubric = load_rubric(paths.RUBRIC)
+    for lab in rubric.labs.values():
+        solution = paths.SOLUTIONS / lab.file
+        assert solution.is_file() and (paths.EXERCISES / lab.file).is_file()
+        assert solution_regions(solution.read_text(), path=str(solution)), lab.file
+        for visibility in ("public", "hidden"):
+            assert (paths.SUITES / visibility / f"test_{lab.name}.py").is_file()
+
+
+def test_rubric_and_suites_agree():
+    assert check_rubric_against_suites(load_rubric(paths.RUBRIC), paths.SUITES) == []
+
+
+def test_points_come_only_from_the_rubric():
+    """No suite hard-codes points: scores are computed from rubric.yaml alone."""
+    for suite in paths.SUITES.glob("*/test_*.py"):
+        text = suite.read_text()
+        assert "points" not in text and "max_score" not in text, suite

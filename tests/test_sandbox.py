@@ -1,0 +1,545 @@
+"""The sandbox itself, mode by mode: what a worker can see and do, and what it cannot.
+
+A probe "lab" (tests/fixtures/attacks/_probe/lab9_probe.py) runs inside real workers and
+reports what happened; the assertions are about the trusted side's view. Every mode this
+machine allows is tested: ``root`` (when the tests run as root), ``userns`` and ``plain``
+(forced). Attacks through the whole grading pipeline live in test_attacks.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import paths
+from grader.sandbox import Limits, WorkerDied, WorkerTimeout, Zygote, make_scratch, wire
+from grader.sandbox.host import SLOT_UID_BASE, children_of
+
+PROBE = Path(__file__).parent / "fixtures" / "attacks" / "_probe" / "lab9_probe.py"
+LAB = "lab9_probe"
+FORBIDDEN = ("torch.nn.functional.scaled_dot_product_attention",
+             "torch.nn.functional.multi_head_attention_forward",
+             "torch.nn.MultiheadAttention", "torch.nn.TransformerEncoderLayer",
+             "torch.nn.TransformerEncoder", "torch.nn.Transformer")
+SLOT = 20 + os.getpid() % 20          # a uid of our own: other test runs use other slots
+MODES = (["root"] if os.geteuid() == 0 else []) + ["userns", "plain"]
+
+
+def _zygote(mode: str, **limits) -> Zygote:
+    z = Zygote(forbidden=FORBIDDEN, mode=mode, slot=SLOT, limits=Limits(**limits)).start()
+    if z.mode != mode:
+        z.close()
+        pytest.skip(f"this machine cannot give mode {mode}")
+    return z
+
+
+@pytest.fixture(scope="module")
+def zygotes():
+    started: dict[str, Zygote] = {}
+    yield started
+    for z in started.values():
+        z.close()
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+@pytest.fixture
+def zyg(mode, zygotes) -> Zygote:
+    if mode not in zygotes:
+        try:
+            zygotes[mode] = _zygote(mode)
+        except Exception as exc:  # noqa: BLE001
+            pytest.skip(f"mode {mode} unavailable here: {exc}")
+    return zygotes[mode]
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    files = {PROBE.name: PROBE.read_bytes()}
+    for f in paths.SOLUTIONS.glob("lab*.py"):
+        files[f.name] = f.read_bytes()
+    s = make_scratch(files)
+    yield s.name
+    s.cleanup()
+
+
+def call(worker, target, *args, timeout=20, **kwargs):
+    reply = worker.request({"op": "call", "target": target, "args": list(args),
+                            "kwargs": kwargs, "seed": 0}, timeout_s=timeout)
+    assert "ok" in reply, reply
+    return reply["ok"]
+
+
+@pytest.fixture
+def worker(zyg, scratch):
+    w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    yield w
+    w.kill()
+
+
+def _gone(pid: int, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _processes_named(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if f"({name})" in stat and stat.rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _wait_none_named(name: str, timeout: float = 5.0) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        left = _processes_named(name)
+        if not left:
+            return []
+        time.sleep(0.05)
+    return _processes_named(name)
+
+
+# ------------------------------------------------------------------------------ wire
+
+def test_wire_round_trip_and_plain_tensors():
+    value = {"a": (torch.arange(6, dtype=torch.float32).reshape(2, 3), None, 1.5, "x"),
+             "__dunder__": [True, -3, torch.zeros(0, 4, dtype=torch.bool)],
+             "bf": torch.ones(2, dtype=torch.bfloat16), "nan": float("nan")}
+    a, b = socket.socketpair()
+    wire.send_frame(a, value)
+    got = wire.recv_frame(b)
+    assert torch.equal(got["a"][0], value["a"][0]) and got["a"][1:] == (None, 1.5, "x")
+    assert type(got["a"][0]) is torch.Tensor
+    assert got["__dunder__"][:2] == [True, -3] and got["__dunder__"][2].shape == (0, 4)
+    assert got["bf"].dtype == torch.bfloat16 and got["nan"] != got["nan"]
+
+
+def _frame(header: bytes, buffers=()) -> bytes:
+    return struct.pack(">II", len(header), len(buffers)) + header + b"".join(
+        struct.pack(">Q", len(x)) + x for x in buffers)
+
+
+@pytest.mark.parametrize("header,buffers", [
+    (b"not json", ()),
+    (b'{"__tensor__": 0, "dtype": "object", "shape": [1]}', (b"\0" * 8,)),
+    (b'{"__tensor__": 0, "dtype": "float32", "shape": [3]}', (b"\0" * 8,)),
+    (b'{"__tensor__": 0, "dtype": "float32", "shape": [-1]}', (b"",)),
+    (b'{"__tensor__": 1, "dtype": "float32", "shape": [1]}', (b"\0" * 4,)),
+    (b'{"__dict__": 5}', ()),
+    (b'{"__dict__": [[1, 2]]}', ()),
+    (b'{"__float__": "1e3"}', ()),
+    (b'[NaN]', ()), (b'[1e999]', ()),
+    (b"[" * 100000 + b"]" * 100000, ()),
+    (b'"unused buffer"', (b"x",)),
+])
+def test_wire_rejects_malformed_frames_with_wire_error_only(header, buffers):
+    a, b = socket.socketpair()
+    a.sendall(_frame(header, buffers))
+    with pytest.raises(wire.WireError):
+        wire.recv_frame(b)
+
+
+def test_wire_deadline_covers_a_trickled_frame():
+    a, b = socket.socketpair()
+    frame = wire.encode({"x": "y" * 50})
+
+    def trickle():
+        for byte in frame:
+            try:
+                a.send(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=trickle, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(socket.timeout):
+        wire.recv_frame(b, deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - t0 < 2.0
+    a.close()
+
+
+# ------------------------------------------------------------------------------ isolation
+
+def test_worker_runs_unprivileged_with_a_clean_environment(worker, mode, monkeypatch):
+    info = call(worker, "ids")
+    if os.geteuid() == 0:
+        assert info["uid"] == info["euid"] == SLOT_UID_BASE + SLOT
+        assert info["groups"] == []
+    else:
+        assert info["uid"] == os.getuid()
+    env = call(worker, "environ")
+    assert "GRADER_SECRET" not in str(env)
+    assert set(env["os.environ"]) <= {"HOME", "TMPDIR", "PATH", "OMP_NUM_THREADS"}
+
+
+def test_grader_secrets_never_reach_a_worker(zyg, scratch, monkeypatch):
+    secret = f"xyz-{os.getpid()}-secret"
+    monkeypatch.setenv("GRADER_SECRET", secret)
+    w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    try:
+        seen = str(call(w, "environ"))
+        ppid_env = call(w, "read", f"/proc/{os.getpid()}/environ")
+        own_cmdline = call(w, "read", f"/proc/{os.getpid()}/cmdline")
+    finally:
+        w.kill()
+    assert secret not in seen and secret not in str(ppid_env)
+    assert not ppid_env["ok"] and not own_cmdline["ok"]
+
+
+def test_only_the_channel_is_open(worker):
+    fds = call(worker, "open_fds")
+    assert fds[:3] == [0, 1, 2] and len(fds) == 4, fds   # stdio on /dev/null + the channel
+
+
+@pytest.mark.parametrize("secret", ["grader", "solutions", "rubric"])
+def test_grader_files_are_invisible(worker, secret):
+    path = {"grader": paths.SUITES / "hidden" / "test_lab1_attention.py",
+            "solutions": paths.SOLUTIONS / "lab1_attention.py",
+            "rubric": paths.RUBRIC}[secret]
+    got = call(worker, "read", str(path))
+    assert not got["ok"], got
+    listing = call(worker, "read", str(path.parent))
+    assert not listing["ok"] or path.name not in listing["value"], listing
+
+
+def test_worker_cannot_write_outside_its_temp_area(worker, tmp_path, scratch):
+    os.chmod(tmp_path, 0o777)
+    for target in (tmp_path / "pwned", Path(scratch) / "pwned", Path("/tmp") / f"pwned-{SLOT}",
+                   paths.SOLUTIONS / "pwned"):
+        got = call(worker, "write", str(target))
+        assert not target.exists(), target
+        if got["ok"]:   # a private tmpfs: written there, invisible here
+            assert str(target).startswith("/tmp/")
+    assert call(worker, "write", "own_temp_file.txt")["ok"]
+
+
+def test_pid_namespace_or_process_cleanup(worker, mode):
+    pids = call(worker, "visible_pids")
+    if mode in ("root", "userns"):
+        assert pids["value"] == [1], pids    # alone in its PID namespace
+    else:
+        assert not pids["ok"] or os.getpid() not in pids["value"]
+
+
+def test_no_network(worker, tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(0.1)
+    unix_path = str(tmp_path / "s.sock")
+    os.chmod(tmp_path, 0o777)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    os.chmod(unix_path, 0o777)
+    unix.listen()
+    unix.settimeout(0.1)
+    assert not call(worker, "connect_tcp", port)["ok"]
+    assert not call(worker, "send_udp", udp.getsockname()[1])["ok"] or True
+    assert not call(worker, "connect_unix", unix_path)["ok"]
+    for s in (server, unix):
+        with pytest.raises(socket.timeout):
+            s.accept()
+    with pytest.raises(socket.timeout):
+        udp.recvfrom(100)
+
+
+def test_dangerous_system_calls_are_refused(worker, mode):
+    got = call(worker, "syscalls")
+    for name in ("unshare_user", "unshare_net", "ptrace_traceme", "mount"):
+        assert got[name] != "allowed", got
+    if mode == "plain":
+        assert got["socket_inet"] != "allowed"
+
+
+def test_worker_cannot_signal_the_grader(worker, mode):
+    hits = []
+    old = signal.signal(signal.SIGUSR2, lambda *a: hits.append(1))
+    try:
+        got = call(worker, "kill", os.getpid())
+        got_group = call(worker, "kill", -os.getpgrp())
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert not hits, (got, got_group)
+
+
+# ------------------------------------------------------------------------------ limits
+
+def test_wall_clock_limit_kills_a_sleeper(worker):
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeout):
+        worker.request({"op": "call", "target": "sleep", "args": [60], "kwargs": {}},
+                       timeout_s=1.0)
+    assert time.monotonic() - t0 < 3
+    assert _gone(worker.pid)
+
+
+def test_cpu_limit_cannot_be_dodged_with_a_sigxcpu_handler(mode, scratch):
+    z = _zygote(mode, cpu_s=1)
+    try:
+        w = z.spawn(submission=scratch, lab=LAB, forbidden=[])
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDied):
+            w.request({"op": "call", "target": "spin", "args": [30], "kwargs": {}},
+                      timeout_s=20)
+        assert time.monotonic() - t0 < 6   # killed by the CPU limit, not the wall clock
+        w.kill()
+    finally:
+        z.close()
+
+
+def test_memory_file_size_and_open_files_are_capped(worker):
+    assert not call(worker, "allocate", 4096)["ok"]          # 4 GiB > memory_mb
+    assert call(worker, "allocate", 64)["ok"]
+    big = call(worker, "big_file", 64)                       # 64 MiB > file_mb / tmp_mb
+    assert not big["ok"]
+    many = call(worker, "many_files", 500)
+    assert many["opened"] < 100 and many.get("errno") is not None
+
+
+def test_exit_and_interrupt_are_a_dead_worker_not_a_dead_grader(zyg, scratch):
+    for target in ("exit_now", "raise_keyboard_interrupt"):
+        w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+        try:
+            reply = w.request({"op": "call", "target": target, "args": [], "kwargs": {}},
+                              timeout_s=10)
+            assert reply["error"]["type"] == "KeyboardInterrupt"
+        except WorkerDied:
+            assert target == "exit_now"
+        finally:
+            w.kill()
+
+
+def test_fork_bomb_is_bounded_and_cleaned_up(zyg, scratch):
+    w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    try:
+        got = call(w, "fork_bomb", timeout=30)
+        assert got["forked"] < 64, got
+        assert w.has_children()
+    finally:
+        w.kill()
+    assert _wait_none_named("atkforkbomb") == []
+
+
+def test_setsid_daemon_dies_with_its_worker(zyg, scratch, tmp_path):
+    os.chmod(tmp_path, 0o777)
+    target = tmp_path / "daemon.txt"
+    w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    try:
+        call(w, "daemon", str(target))
+        assert _processes_named("atkdaemon"), "the daemon did not start"
+        assert w.has_children()   # re-parented to the worker: found by the per-test check
+    finally:
+        w.kill()
+    assert _wait_none_named("atkdaemon") == []
+    time.sleep(0.3)
+    assert not target.exists()
+
+
+def test_killing_the_lifeline_ends_worker_and_keeper(zyg, scratch):
+    w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    call(w, "ids")
+    keeper = w.keeper
+    os.close(w.lifeline)       # as if the grader had died
+    w.lifeline = None
+    assert _gone(w.pid) and _gone(keeper)
+    w.alive = False
+
+
+def test_torch_threads_after_fork_do_not_deadlock(worker):
+    t0 = time.monotonic()
+    threads, right = call(worker, "threads_matmul", 1024, 2, timeout=60)
+    assert right and threads == 2
+    assert time.monotonic() - t0 < 30
+
+
+def test_inputs_mutated_in_the_worker_stay_unchanged_here(worker):
+    x = torch.ones(3, 4)
+    got = call(worker, "mutate_and_return", x)
+    assert torch.equal(x, torch.ones(3, 4)) and torch.equal(got, torch.zeros(3, 4))
+
+
+def test_tensor_subclasses_come_back_as_plain_tensors(worker):
+    got = call(worker, "subclass_output", [2, 3])
+    assert type(got) is torch.Tensor and torch.equal(got, torch.zeros(2, 3))
+
+
+def test_grader_and_pytest_are_not_loaded_in_a_worker(worker):
+    assert call(worker, "modules") == []
+    assert not call(worker, "try_import", "grader")["ok"]
+
+
+# ------------------------------------------------------------------------------ forbidden APIs
+
+BYPASSES = {
+    "getattr": "getattr(F, 'scaled_dot' + '_product_attention')(q, q, q)",
+    "dict": "F.__dict__['scaled_dot_product_attention'](q, q, q)",
+    "vars": "vars(F)['scaled_dot_product_attention'](q, q, q)",
+    "torch._C._nn": "torch._C._nn.scaled_dot_product_attention(q, q, q)",
+    "ops": "torch.ops.aten.scaled_dot_product_attention(q, q, q)",
+    "ops.default": "torch.ops.aten.scaled_dot_product_attention.default(q, q, q)",
+    "ops.math": "torch.ops.aten._scaled_dot_product_attention_math(q, q, q)",
+    "flash_cpu": "torch._scaled_dot_product_flash_attention_for_cpu(q[None], q[None], q[None])",
+    "jit_op": "torch._C._jit_get_operation('aten::scaled_dot_product_attention')[0](q, q, q)",
+    "dunder_import": "__import__('torch.nn.functional').nn.functional"
+                     ".scaled_dot_product_attention(q, q, q)",
+    "reload": "importlib.reload(F).scaled_dot_product_attention(q, q, q)",
+    "reimport": "(sys.modules.pop('torch.nn.functional'), importlib.import_module("
+                "'torch.nn.functional'))[1].scaled_dot_product_attention(q, q, q)",
+    "gc": "every_gc_candidate('scaled_dot_product_attention')",
+    "decomp": "torch._decomp.decompositions.scaled_dot_product_flash_attention_for_cpu("
+              "q[None], q[None], q[None])",
+    "flex": "importlib.import_module('torch.nn.attention.flex_attention')",
+    "mha_forward": "F.multi_head_attention_forward(q, q, q, 4, 2, None, None, None, None, "
+                   "False, 0.0, None, None)",
+    "mha_class": "getattr(torch.nn, 'Multihead' + 'Attention')(4, 2)(q, q, q)",
+    "mha_native": "torch._native_multi_head_attention(q, q, q, 4, 2, torch.eye(12), "
+                  "torch.zeros(12), torch.eye(4), torch.zeros(4))",
+    "jit_script": "torch.jit.CompilationUnit('def f(a):\\n    return torch.nn.functional."
+                  "scaled_dot_product_attention(a, a, a)\\n').f(q)",
+    "jit_script_ops": "torch.jit.CompilationUnit('def f(a):\\n    return torch.ops.aten."
+                      "scaled_dot_product_attention(a, a, a)\\n').f(q)",
+}
+ANY_BLOCK = {"reload", "reimport", "jit_script"}   # refused, not necessarily by a guard
+
+
+def _bypass_lab(tmp_path: Path) -> str:
+    lines = ["import gc, importlib, sys", "import torch", "import torch.nn.functional as F",
+             "q = torch.randn(2, 3, 4)", "", "def attempt(name):",
+             "    try:", "        result = eval(CODE[name])", "    except BaseException as exc:",
+             "        return 'blocked: ' + type(exc).__name__ + ': ' + str(exc)[:300]",
+             "    return 'PASSED: ' + type(result).__name__", "",
+             "def every_gc_candidate(name):",
+             "    errors = []",
+             "    for o in gc.get_objects():",
+             "        if callable(o) and getattr(o, '__name__', '') == name:",
+             "            try:",
+             "                return o(q, q, q)",
+             "            except BaseException as exc:",
+             "                errors.append(exc)",
+             "    raise next((e for e in errors if type(e).__name__ == 'ForbiddenAPIError'),",
+             "               errors[0] if errors else LookupError(name))", "", "CODE = {"]
+    lines += [f"    {k!r}: {v!r}," for k, v in BYPASSES.items()] + ["}"]
+    folder = tmp_path / "bypass"
+    folder.mkdir()
+    (folder / "lab1_attention.py").write_text("\n".join(lines) + "\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(folder, 0o755)
+    os.chmod(folder / "lab1_attention.py", 0o644)
+    return str(folder)
+
+
+@pytest.mark.parametrize("how", list(BYPASSES))
+def test_forbidden_api_bypasses_are_blocked(zygotes, scratch, tmp_path, how):
+    z = zygotes.get("root") or zygotes.get("userns") or zygotes.setdefault(
+        MODES[0], _zygote(MODES[0]))
+    folder = _bypass_lab(tmp_path)
+    lab1_forbidden = ["torch.nn.functional.scaled_dot_product_attention",
+                      "torch.nn.functional.multi_head_attention_forward",
+                      "torch.nn.MultiheadAttention"]
+    w = z.spawn(submission=folder, lab="lab1_attention", forbidden=lab1_forbidden)
+    try:
+        reply = w.request({"op": "call", "target": "attempt", "args": [how], "kwargs": {}},
+                          timeout_s=30)
+    finally:
+        w.kill()
+    result = reply.get("ok", "")
+    assert result.startswith("blocked"), reply
+    if how not in ANY_BLOCK:
+        # reported by name even though the student caught the exception
+        assert reply["forbidden"] == ["torch.nn.functional.scaled_dot_product_attention"] or (
+            how.startswith("mha") and reply["forbidden"]), reply
+    elif how != "jit_script":
+        assert "already loaded" in result, reply
+
+
+def test_static_scan_names_the_forbidden_api(zygotes, tmp_path):
+    z = zygotes.get("root") or zygotes.get("userns") or zygotes.setdefault(
+        MODES[0], _zygote(MODES[0]))
+    folder = tmp_path / "static"
+    folder.mkdir()
+    (folder / "lab1_attention.py").write_text(
+        "import torch.nn.functional as F\n\n"
+        "def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=False):\n"
+        "    if False:\n        return F.scaled_dot_product_attention(q, k, v)\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(folder, 0o755)
+    w = z.spawn(submission=str(folder), lab="lab1_attention",
+                forbidden=["torch.nn.functional.scaled_dot_product_attention"])
+    try:
+        reply = w.request({"op": "probe"}, timeout_s=20)
+    finally:
+        w.kill()
+    assert reply["error"]["type"] == "ForbiddenAPIError"
+    assert "lab1_attention.py:5" in reply["error"]["message"]
+    assert "torch.nn.functional.scaled_dot_product_attention" in reply["error"]["message"]
+
+
+def test_allowed_uses_are_not_flagged(zygotes, scratch):
+    """lab2 calling lab1's own function, lab4 using the given nn.MultiheadAttention."""
+    z = zygotes.get("root") or zygotes.get("userns") or zygotes.setdefault(
+        MODES[0], _zygote(MODES[0]))
+    x = torch.randn(2, 5, 16)
+    lab2 = ["torch.nn.functional.scaled_dot_product_attention",
+            "torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention"]
+    w = z.spawn(submission=scratch, lab="lab2_multihead", forbidden=lab2)
+    try:
+        reply = w.request({"op": "call", "target": "MultiHeadAttention", "ctor": {
+            "args": [16, 4], "kwargs": {}}, "args": [x, x, x], "kwargs": {}}, timeout_s=20)
+    finally:
+        w.kill()
+    assert "ok" in reply and not reply["forbidden"], reply
+    if not (Path(scratch) / "lab4_transformer_block.py").exists():
+        return
+    lab4 = ["torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
+            "torch.nn.Transformer"]
+    w = z.spawn(submission=scratch, lab="lab4_transformer_block", forbidden=lab4)
+    try:
+        reply = w.request({"op": "call", "target": "TransformerBlock", "ctor": {
+            "args": [16, 4, 32], "kwargs": {}}, "args": [x], "kwargs": {}}, timeout_s=20)
+    finally:
+        w.kill()
+    assert "ok" in reply and not reply["forbidden"], reply
+
+
+def test_no_worker_or_keeper_outlives_the_zygote_users(zyg, scratch):
+    workers = [zyg.spawn(submission=scratch, lab=LAB, forbidden=[]) for _ in range(3)]
+    for w in workers:
+        call(w, "ids")
+    pids = [(w.pid, w.keeper) for w in workers]
+    for w in workers:
+        w.kill()
+    for pid, keeper in pids:
+        assert _gone(pid) and _gone(keeper)
+    assert not children_of(zyg.pid) or all(_gone(p, 2) for p in children_of(zyg.pid))
