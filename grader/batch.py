@@ -9,10 +9,10 @@ How it runs:
   rubric, the suites). A student whose ``DIR/<student>/fingerprint.json`` matches is up to
   date and skipped; an entry that cannot be graded at all (a rejected zip, a stray file)
   gets its zero result right away, without starting torch.
-- The rest go, one student at a time, to N grading processes. Each is started with the
-  'spawn' method (never fork a process that ran torch ops), imports torch and the suites
-  once, and keeps its own sandbox zygote (``Zygote(slot=i)``, so concurrent workers get
-  distinct uids). It grades with ``grade_submission``, the engine of ``grader grade``, and
+- The rest go, one student at a time, to N grading processes. They come from a
+  'forkserver' that has imported torch and the engine (never a fork of a process that ran
+  torch ops), so torch is imported once per pool, and each keeps its own sandbox zygote
+  (``Zygote(slot=i)``, so concurrent workers get distinct uids). It grades with ``grade_submission``, the engine of ``grader grade``, and
   writes ``results.json`` and then ``fingerprint.json``, both atomically, before it reports
   back a one-line status. Results are never collected in memory.
 - A grading process that dies or overruns the student's time budget is killed and
@@ -25,6 +25,7 @@ How it runs:
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import multiprocessing
@@ -305,12 +306,16 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
             "seconds": time.monotonic() - started, "restart_zygote": restart}
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when the batch process goes (also when it is SIGKILLed)."""
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent goes (also when it is SIGKILLed).
+
+    The parent is the forkserver, which exits as soon as the batch process is gone.
+    """
+    parent = os.getppid()
     with contextlib.suppress(Exception):
         from grader.sandbox.jail import PR_SET_PDEATHSIG, prctl
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
+    if os.getppid() != parent:          # it went before the signal was armed
         os._exit(1)
 
 
@@ -320,19 +325,23 @@ def _start_zygote(rubric: Rubric, slot: int):
     return Zygote(forbidden=forbidden, slot=slot).start()
 
 
-def _grading_process(slot: int, conn, rubric: Rubric, out: Path, parent_pid: int) -> None:
+def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
     """A grading process: one zygote, then one student per message until told to stop."""
-    _die_with_parent(parent_pid)
+    _die_with_parent()
     import torch
     # One thread: N processes already fill N cores, and small ops run faster single-threaded.
     torch.set_num_threads(1)
-    import grader.grading  # noqa: F401 - import the engine (pytest, suites' deps) once, up front
+    import grader.grading  # noqa: F401 - the engine (pytest, the plugin), once, up front
 
     try:
         zygote = _start_zygote(rubric, slot)
     except Exception as exc:  # noqa: BLE001 - reported to the batch, which stops
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
+    # Keep what is loaded now (torch, pytest, the engine) out of every later garbage
+    # collection: with torch imported, a full collection walks ~200k objects.
+    gc.collect()
+    gc.freeze()
     conn.send(("ready",))
     try:
         while True:
@@ -371,7 +380,11 @@ class _Pool:
     """N grading processes, each given one student at a time; dead ones are replaced."""
 
     def __init__(self, *, jobs: int, rubric: Rubric, out: Path, budget_s: float, on_done):
-        self.context = multiprocessing.get_context("spawn")
+        # forkserver, not fork: the batch process may have run torch ops (a forked OpenMP
+        # pool deadlocks). The server imports torch and the engine once (no ops) and forks
+        # every grading process from there, so a restart costs no second torch import.
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(["torch", "grader.grading"])
         self.rubric, self.out, self.budget_s, self.on_done = rubric, out, budget_s, on_done
         self.slots: dict[int, _Slot] = {}
         for index in range(jobs):       # started from the main thread (PDEATHSIG is per thread)
@@ -381,7 +394,7 @@ class _Pool:
         ours, theirs = self.context.Pipe()
         process = self.context.Process(
             target=_grading_process, name=f"grader-batch-{index}",
-            args=(index, theirs, self.rubric, self.out, os.getpid()), daemon=True)
+            args=(index, theirs, self.rubric, self.out), daemon=True)
         process.start()
         theirs.close()
         self.slots[index] = _Slot(index, process, ours, since=time.monotonic())

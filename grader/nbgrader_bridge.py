@@ -7,7 +7,7 @@ name) or ``SubmissionResult.to_dict()`` JSON files (``grader batch``; the studen
 
 - makes sure the student, the assignment (the lab, e.g. ``lab1_attention``), its notebook (same
   name) and one grade cell per rubric test exist; the grade cells are named like the test
-  cells of the generated notebooks (grader.notebook_source.test_grade_id), so a gradebook made
+  cells of the generated notebooks (grader.notebook_source.grade_id_for), so a gradebook made
   by ``nbgrader generate_assignment`` from ``grader notebooks`` gets the scores in its own cells;
 - creates the submission if nbgrader has none, and sets every test's score (as the auto score,
   or with ``score="manual"`` as the manual score, which formgrader shows over nbgrader's own);
@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.notebook_source import test_grade_id
+from grader.notebook_source import grade_id_for
 from grader.results import LabResult, SubmissionResult, TestResult
 
 __all__ = ["ExportError", "ExportReport", "export_results", "load_result_files", "result_from_json"]
@@ -189,7 +189,7 @@ def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
                 except api.MissingEntry:
                     gb.add_notebook(lab.name, lab.name)
                 for t in lab.tests:
-                    cell_name = test_grade_id(lab.name, t.name, t.visibility)
+                    cell_name = grade_id_for(lab.name, t.name, t.visibility)
                     try:
                         cell = gb.find_grade_cell(cell_name, lab.name, lab.name)
                     except api.MissingEntry:
@@ -207,7 +207,7 @@ def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
                 except api.MissingEntry:
                     gb.add_submission(lab.name, student)
                 for t in lab.tests:
-                    cell_name = test_grade_id(lab.name, t.name, t.visibility)
+                    cell_name = grade_id_for(lab.name, t.name, t.visibility)
                     grade = _ensure_grade(gb, api, cell_name, lab.name, student)
                     if score == "auto":
                         grade.auto_score = t.score

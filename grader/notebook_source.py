@@ -48,7 +48,7 @@ __all__ = [
     "is_test_cell",
     "lab_source_from_notebook",
     "parse_notebook",
-    "test_grade_id",
+    "grade_id_for",
 ]
 
 TEST_CELL_MARKER = "# attention-labs: autograder test cell"
@@ -60,7 +60,7 @@ _CELL_MAGIC_RE = re.compile(r"\s*%%(\w+)")
 _PY_BODY_CELL_MAGICS = {"time", "capture"}          # their body runs as ordinary Python code
 _MAGIC_LINE_RE = re.compile(r"(\s*)(?:[%!]|[\w.,\s]+=\s*[%!])")
 _HELP_LINE_RE = re.compile(r"\s*(?:\?\??[\w.]+|[\w.]+\?\??)\s*$")
-_NOTE_LIST = 6                  # at most this many places are listed in one note
+_NOTE_LIST = 10                 # at most this many places are listed in one note
 
 
 class NotebookError(ValueError):
@@ -92,7 +92,7 @@ def hidden_test_id(lab: str, test: str) -> str:
     return hashlib.sha256(f"{lab}/{test}".encode()).hexdigest()[:10]
 
 
-def test_grade_id(lab: str, test: str, visibility: str) -> str:
+def grade_id_for(lab: str, test: str, visibility: str) -> str:
     """The nbgrader ``grade_id`` of the autograder test cell for one rubric test."""
     if visibility == "hidden":
         return f"hidden_{hidden_test_id(lab, test)}"

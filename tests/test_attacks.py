@@ -265,15 +265,39 @@ def lay_out(name: str, env: Env, dest: Path | None = None) -> Path:
     return dest
 
 
-def snapshot(*roots: Path) -> dict[str, tuple[int, int, str]]:
+MARKERS = (b"written by the student", b"daemon was here", b"pwned", b'"score": 100')
+
+
+def snapshot(*roots: Path) -> dict[str, tuple[int, int, int]]:
     out = {}
     for root in roots:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()
                                                      and "__pycache__" not in p.parts)
         for p in files:
             st = p.stat()
-            out[str(p)] = (st.st_mtime_ns, st.st_size, p.read_bytes()[:4096].hex()[:64])
+            out[str(p)] = (st.st_mtime_ns, st.st_size, st.st_uid)
     return out
+
+
+def tampered(before: dict, roots: list[Path]) -> list[str]:
+    """Files under ``roots`` that changed since ``before`` at the hand of a worker.
+
+    Other people edit this repository while the tests run, so a change alone proves
+    nothing: a file counts as tampered when it is new or changed and is owned by a sandbox
+    uid or carries one of the attacks' markers. The submission folders nobody else touches:
+    any change there counts.
+    """
+    bad = []
+    after = snapshot(*roots)
+    for path, meta in after.items():
+        if before.get(path) == meta:
+            continue
+        data = Path(path).read_bytes()
+        if (meta[2] >= SLOT_UID_BASE or any(m in data for m in MARKERS)
+                or not path.startswith(str(REPO) + "/")):
+            bad.append(path)
+    bad += [p for p in before if p not in after and not p.startswith(str(REPO) + "/")]
+    return bad
 
 
 # ------------------------------------------------------------------------------ processes
@@ -332,10 +356,24 @@ def leftovers(pids=(), names=(), uid=None, timeout: float = 5.0) -> list:
 
 # ------------------------------------------------------------------------------ fixtures
 
+ZYGOTE_SECRET = f"zygote-start-secret-{os.getpid()}-{time.time_ns()}"
+
+
 @pytest.fixture(scope="module")
 def attack_zygote(rubric):
+    """The zygote every API-level attack uses; the grader's environment holds a secret
+    when it starts (it must not reach the zygote or any worker)."""
     forbidden = tuple(sorted({f for lab in rubric.labs.values() for f in lab.forbidden}))
-    with Zygote(forbidden=forbidden, slot=SLOT, limits=Limits(memory_mb=768)) as z:
+    old = os.environ.get("GRADER_SECRET")
+    os.environ["GRADER_SECRET"] = ZYGOTE_SECRET
+    try:
+        z = Zygote(forbidden=forbidden, slot=SLOT, limits=Limits(memory_mb=768)).start()
+    finally:
+        if old is None:
+            os.environ.pop("GRADER_SECRET", None)
+        else:
+            os.environ["GRADER_SECRET"] = old
+    with z:
         yield z
 
 
@@ -357,8 +395,9 @@ def assert_no_leak(text: str, env: Env, secrets: list[str], where: str) -> None:
     leaked = [s for s in secrets if s in text]
     assert not leaked, f"{where} leaks grader-only lines: {leaked[:3]}"
     assert env.secret_env not in text, f"{where} leaks GRADER_SECRET"
+    assert ZYGOTE_SECRET not in text, f"{where} leaks the environment the zygote started in"
     assert env.other_secret not in text, f"{where} leaks another submission"
-    assert "BEGIN SOLUTION" not in text and "def test_" not in text, where
+    assert "BEGIN SOLUTION" not in text, where
 
 
 def check_scores(result, expect: dict) -> None:
@@ -382,7 +421,7 @@ def check_scores(result, expect: dict) -> None:
 
 
 def check_harmless(env: Env, before: dict, protected: list[Path], expect: dict) -> None:
-    assert snapshot(*protected) == before, "a file outside the output folder changed"
+    assert tampered(before, protected) == [], "a file outside the output folder changed"
     assert not env.canary.exists(), env.canary.read_text()
     stray = sorted(p.name for p in env.host_tmp.iterdir()) if env.host_tmp.exists() else []
     assert stray == ["grader.sock"], f"the attack wrote into the host's /tmp: {stray}"
@@ -493,8 +532,9 @@ DRIVER = textwrap.dedent('''
     from grader.rubric import load_rubric
     from grader.results import write_gradescope
     from grader.sandbox import Zygote, Limits
+    from grader import paths
     spec = json.load(open(sys.argv[1]))
-    rubric = load_rubric()
+    rubric = load_rubric(paths.RUBRIC)
     def limited(seconds):
         labs = {n: dataclasses.replace(l, time_limit_s=seconds, tests={
             k: dataclasses.replace(t, time_limit_s=seconds) for k, t in l.tests.items()})
@@ -520,8 +560,8 @@ DRIVER = textwrap.dedent('''
 def _nobody_python(root: Path) -> Path | None:
     """An interpreter uid 65534 can run: a venv of the system Python that reaches this
     checkout's packages (the project venv's own interpreter lies under /root, 0700)."""
-    base = shutil.which("python3.11") or "/usr/bin/python3"
-    if not os.path.exists(base):
+    base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.path.exists(base):   # the system Python, same version (for torch's wheels)
         return None
     venv = root / "venv"
     proc = subprocess.run([base, "-m", "venv", "--without-pip", str(venv)],
@@ -568,9 +608,10 @@ def test_attacks_as_nobody(mode, tmp_path, monkeypatch, secrets):
             sub = lay_out(name, env)
             before_all[name] = snapshot(paths.SOLUTIONS, paths.SUITES, paths.RUBRIC, sub,
                                         env.other)
+            # The attacked lab's public tests only (their feedback shows student output):
+            # the full set runs as root above; this run is about the other modes.
             jobs.append({"name": name, "submission": str(sub), "out": str(env.out),
-                         "labs": [*expect["attacked"], *expect.get("intact", [])],
-                         "visibility": expect.get("visibility", ["public", "hidden"]),
+                         "labs": expect["attacked"], "visibility": ["public"],
                          "time_limit_s": float(expect.get("time_limit_s", 3))})
         spec = root / "spec.json"
         report = root / "report.json"
@@ -597,8 +638,6 @@ def test_attacks_as_nobody(mode, tmp_path, monkeypatch, secrets):
             by_lab = {lab["name"]: lab for lab in result["labs"]}
             for lab in expect["attacked"]:
                 assert by_lab[lab]["score"] == 0, (name, by_lab[lab])
-            for lab in expect.get("intact", []):
-                assert by_lab[lab]["score"] == by_lab[lab]["max_score"], (name, by_lab[lab])
             text = (env.out / "results.json").read_text() + json.dumps(result)
             assert_no_leak(text, env, secrets, f"{name} as nobody ({mode})")
             assert envs[0].secret_env not in text

@@ -476,3 +476,11 @@ def test_misconfiguration_still_leaves_a_valid_results_json(autograder_zip, tmp_
     check_results(results, schema_validator)
     assert results["score"] == 0 and "misconfigured" in results["output"]
     assert "lab9_nope" in proc.stdout
+
+
+def test_sandbox_preflight_names_what_a_worker_can_see(zygote, tmp_path):
+    from grader.autograder.gradescope import check_sandbox
+
+    assert check_sandbox(zygote, [paths.SOLUTIONS, paths.RUBRIC, tmp_path]) is None
+    # /usr is bound read-only into every worker: the probe must notice it.
+    assert check_sandbox(zygote, [Path("/usr")]) == "sandbox workers can see /usr"

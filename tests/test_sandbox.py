@@ -41,12 +41,22 @@ def _zygote(mode: str, **limits) -> Zygote:
     return z
 
 
+SECRET = f"xyz-{os.getpid()}-{time.time_ns()}-secret"
+
+
 @pytest.fixture(scope="module")
 def zygotes():
+    """Zygotes by mode, started while the grader's environment holds GRADER_SECRET."""
+    old = os.environ.get("GRADER_SECRET")
+    os.environ["GRADER_SECRET"] = SECRET
     started: dict[str, Zygote] = {}
     yield started
     for z in started.values():
         z.close()
+    if old is None:
+        os.environ.pop("GRADER_SECRET", None)
+    else:
+        os.environ["GRADER_SECRET"] = old
 
 
 @pytest.fixture(params=MODES)
@@ -199,9 +209,9 @@ def test_worker_runs_unprivileged_with_a_clean_environment(worker, mode, monkeyp
     assert set(env["os.environ"]) <= {"HOME", "TMPDIR", "PATH", "OMP_NUM_THREADS"}
 
 
-def test_grader_secrets_never_reach_a_worker(zyg, scratch, monkeypatch):
-    secret = f"xyz-{os.getpid()}-secret"
-    monkeypatch.setenv("GRADER_SECRET", secret)
+def test_grader_secrets_never_reach_a_worker(zyg, scratch):
+    secret = SECRET
+    assert os.environ["GRADER_SECRET"] == secret
     w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
     try:
         seen = str(call(w, "environ"))

@@ -1,4 +1,4 @@
-"""The Gradescope runner: grade ``/autograder/submission`` into ``/autograder/results/results.json``.
+"""The Gradescope runner: grade /autograder/submission into /autograder/results/results.json.
 
 ``run_autograder`` (the zip's entry point) starts ``python -m grader.autograder.gradescope``.
 Whatever happens, a valid results.json is on disk:
@@ -402,10 +402,11 @@ def run(config: RunnerConfig) -> int:
                     partial.replace_lab(pending_result(
                         rubric, [lab], "Not graded: the grader failed on this lab. "
                         + STAFF_PROBLEM).labs[0])
+                    partial.result.status = f"grader error in {lab}"
                     continue
                 lab_result = graded.labs[0]
                 say(f"{lab}: {lab_result.score:g}/{lab_result.max_score:g} "
-                      f"({lab_result.status}) in {graded.execution_time:.1f} s")
+                    f"({lab_result.status}) in {graded.execution_time:.1f} s")
                 partial.replace_lab(lab_result)
                 if graded.status != "ok":
                     partial.result.status = graded.status
@@ -413,12 +414,17 @@ def run(config: RunnerConfig) -> int:
             scratch.cleanup()
         status = partial.result.status if partial.result.status != "not finished" else "ok"
         partial.finish(status=status)
+    except Exception:  # noqa: BLE001 - the sandbox or the grader itself broke: say so, keep a file
+        say(f"the autograder failed:\n{traceback.format_exc()}")
+        partial.fail_pending("Not graded: the autograder failed. " + STAFF_PROBLEM,
+                             status="grader error")
+        return 1
     finally:
         timer.cancel()
         zygote.close()
     result = partial.result
     say(f"total: {result.score:g}/{result.max_score:g} in {result.execution_time:.1f} s; "
-          f"wrote {config.results}")
+        f"wrote {config.results}")
     return 0
 
 

@@ -42,18 +42,6 @@ def permutation(gen, n):
     return perm.flip(0) if torch.equal(perm, torch.arange(n)) else perm
 
 
-def assert_mask_equal(actual, expected, name="mask"):
-    """Exact comparison for bool tensors (causal masks)."""
-    assert isinstance(actual, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(actual).__name__}"
-    assert tuple(actual.shape) == tuple(expected.shape), (
-        f"{name}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
-    assert actual.dtype == torch.bool, f"{name}: expected dtype torch.bool, got {actual.dtype}"
-    if not torch.equal(actual, expected):
-        bad = (actual != expected).nonzero()[0].tolist()
-        raise AssertionError(f"{name}: wrong value at index {tuple(bad)}: expected "
-                             f"{bool(expected[tuple(bad)])}, got {bool(actual[tuple(bad)])}")
-
-
 # --------------------------------------------------------------------------------------------
 # lab 1: scaled dot-product attention
 # --------------------------------------------------------------------------------------------

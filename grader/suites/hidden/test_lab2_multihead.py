@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 import pytest  # noqa: F401
 
-from grader.compare import assert_close
+from grader.compare import assert_close, assert_true
 from grader.suites._inputs import (
     mha_param_grads,
     mha_reference,
@@ -113,10 +113,12 @@ def test_dropout_only_in_training_mode(student, tol, gen):
     exp_out, exp_w = mha_reference_outputs(sd, d_model, heads, x, x, x)
     assert_close(w_e, exp_w, tol=tol, name="weights in eval mode", axes=W_AXES)
     assert_close(out_e, exp_out, tol=tol, name="output in eval mode", axes=O_AXES)
-    assert isinstance(w_t, torch.Tensor) and w_t.shape == exp_w.shape, "training weights must be (batch, heads, seq_q, seq_k)"
+    assert_true(isinstance(w_t, torch.Tensor) and w_t.shape == exp_w.shape,
+                "training weights must be a (batch, heads, seq_q, seq_k) tensor")
     dropped = w_t == 0
     frac = dropped.double().mean().item()
-    assert abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} of the weights (expected {p} +- 0.03)"
+    assert_true(abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} of the weights (expected {p} +- 0.03)",
+                hidden="training mode did not zero a fraction of about `dropout` of the attention weights")
     assert_close(w_t[~dropped], exp_w[~dropped] / (1 - p), tol=tol, name="surviving training weights (softmax / (1 - p))")
     # the returned (dropped-out) weights are the ones applied to the values
     x64 = x.double()
@@ -159,8 +161,8 @@ def test_gradients_match_pytorch(student, tol, gen):
     for name, got, leaf in zip(("query", "key", "value"), g.input_grads, leaves):
         assert_close(got, leaf.grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
     expected = mha_param_grads(ref)
-    assert set(g.param_grads) == set(expected), (
-        f"expected gradients for the parameters {sorted(expected)}, got {sorted(g.param_grads)}")
+    assert_true(set(g.param_grads) == set(expected),
+                f"expected gradients for the parameters {sorted(expected)}, got {sorted(g.param_grads)}")
     for name, grad in expected.items():
         assert_close(g.param_grads[name], grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
 

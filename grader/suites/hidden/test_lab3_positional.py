@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 import pytest  # noqa: F401
 
-from grader.compare import assert_close
+from grader.compare import assert_close, assert_true
 from grader.reference import load_reference
 from grader.suites._inputs import randn, sinusoidal64
 
@@ -47,9 +47,9 @@ def test_pe_is_a_buffer_not_a_parameter(student, tol, gen):
     x, g_out = randn(gen, 2, 5, 8), randn(gen, 2, 5, 8)
     pos = student.module("SinusoidalPositionalEncoding", 8, max_len=20)
     g = student.grad(pos, x, grad_outputs=(g_out,))
-    assert g.param_grads == {}, (
+    assert_true(g.param_grads == {}, (
         f"SinusoidalPositionalEncoding must have no trainable parameters, but got gradients for "
-        f"{sorted(g.param_grads)} (register pe with register_buffer, not nn.Parameter)")
+        f"{sorted(g.param_grads)} (register pe with register_buffer, not nn.Parameter)"))
     assert_close(g.output, x + sinusoidal64(5, 8).float(), tol=tol, name="output", axes=X_AXES)
     assert_close(g.input_grads[0], g_out, tol=tol, name="gradient w.r.t. x", axes=X_AXES)
 
@@ -94,8 +94,8 @@ def test_learned_embedding_gradient_reaches_used_rows_only(student, tol, gen):
     g = student.grad(emb, x, grad_outputs=(g_out,))
     expected = torch.zeros(10, 8)
     expected[:4] = g_out.sum(0)
-    assert set(g.param_grads) == {"embedding.weight"}, (
-        f"expected a gradient for embedding.weight only, got {sorted(g.param_grads)}")
+    assert_true(set(g.param_grads) == {"embedding.weight"},
+                f"expected a gradient for embedding.weight only, got {sorted(g.param_grads)}")
     assert_close(g.param_grads["embedding.weight"], expected, tol=tol, name="gradient w.r.t. embedding.weight",
                  axes=("position", "d_model"))
     assert_close(g.input_grads[0], g_out, tol=tol, name="gradient w.r.t. x", axes=X_AXES)
@@ -111,10 +111,12 @@ def test_sinusoidal_dropout_only_in_training(student, tol, gen):
     pos.train()
     got_train = pos(x)
     assert_close(got_eval, expected, tol=tol, name="output in eval mode", axes=X_AXES)
-    assert isinstance(got_train, torch.Tensor) and got_train.shape == x.shape, "training output must be (batch, seq, d_model)"
+    assert_true(isinstance(got_train, torch.Tensor) and got_train.shape == x.shape,
+                "the training output must be a (batch, seq, d_model) tensor")
     dropped = got_train == 0
     frac = dropped.double().mean().item()
-    assert abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} (expected {p} +- 0.03)"
+    assert_true(abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} (expected {p} +- 0.03)",
+                hidden="training mode did not zero a fraction of about `dropout` of the outputs")
     assert_close(got_train[~dropped], expected[~dropped] / (1 - p), tol=tol,
                  name="surviving training outputs ((x + pe) / (1 - p))")
 
@@ -131,9 +133,11 @@ def test_learned_embedding_dropout_only_in_training(student, tol, gen):
     emb.train()
     got_train = emb(x)
     assert_close(got_eval, expected, tol=tol, name="output in eval mode", axes=X_AXES)
-    assert isinstance(got_train, torch.Tensor) and got_train.shape == x.shape, "training output must be (batch, seq, d_model)"
+    assert_true(isinstance(got_train, torch.Tensor) and got_train.shape == x.shape,
+                "the training output must be a (batch, seq, d_model) tensor")
     dropped = got_train == 0
     frac = dropped.double().mean().item()
-    assert abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} (expected {p} +- 0.03)"
+    assert_true(abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} (expected {p} +- 0.03)",
+                hidden="training mode did not zero a fraction of about `dropout` of the outputs")
     assert_close(got_train[~dropped], expected[~dropped] / (1 - p), tol=tol,
                  name="surviving training outputs ((x + embedding) / (1 - p))")

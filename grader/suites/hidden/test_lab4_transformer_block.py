@@ -3,9 +3,9 @@ gradients of FeedForward / TransformerBlock."""
 
 import torch
 import torch.nn.functional as F
-import pytest
+import pytest  # noqa: F401
 
-from grader.compare import assert_close
+from grader.compare import assert_close, assert_true
 from grader.suites._inputs import (
     block_param_grads,
     block_reference,
@@ -26,15 +26,23 @@ def _block(student, sd, *args, **kwargs):
     return block
 
 
-@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
-def test_block_gelu_matches_pytorch(student, tol, gen, norm_first):
-    """A GELU block matches nn.TransformerEncoderLayer(activation="gelu"), post-norm and pre-norm."""
+def _check_gelu_block(student, tol, gen, norm_first):
     d_model, heads, d_ff = 16, 4, 48
     sd = block_weights(gen, d_model, d_ff)
     x = randn(gen, 2, 5, d_model)
     got = _block(student, sd, d_model, heads, d_ff, norm_first=norm_first, activation="gelu")(x)
     expected = block_reference_output(sd, d_model, heads, d_ff, x, norm_first=norm_first, activation="gelu")
     assert_close(got, expected, tol=tol, name="output", axes=X_AXES)
+
+
+def test_post_norm_gelu_block_matches_pytorch(student, tol, gen):
+    """A post-norm GELU block matches nn.TransformerEncoderLayer(activation="gelu")."""
+    _check_gelu_block(student, tol, gen, norm_first=False)
+
+
+def test_pre_norm_gelu_block_matches_pytorch(student, tol, gen):
+    """A pre-norm GELU block matches nn.TransformerEncoderLayer(activation="gelu", norm_first=True)."""
+    _check_gelu_block(student, tol, gen, norm_first=True)
 
 
 def test_block_arbitrary_mask_matches_pytorch(student, tol, gen):
@@ -59,9 +67,10 @@ def test_block_dropout_only_in_training(student, tol, gen):
     got_train = block(x)
     expected = block_reference_output(sd, d_model, heads, d_ff, x)
     assert_close(got_eval, expected, tol=tol, name="output in eval mode", axes=X_AXES)
-    assert isinstance(got_train, torch.Tensor) and got_train.shape == x.shape, "training output must be (batch, seq, d_model)"
-    assert torch.isfinite(got_train).all(), "training output must be finite"
-    assert (got_train - expected).abs().max() > 1e-2, "dropout=0.3 must change the output in training mode"
+    assert_true(isinstance(got_train, torch.Tensor) and got_train.shape == x.shape,
+                "the training output must be a (batch, seq, d_model) tensor")
+    assert_true(bool(torch.isfinite(got_train).all()), "the training output must be finite")
+    assert_true(bool((got_train - expected).abs().max() > 1e-2), "dropout must change the output in training mode")
 
 
 def test_feedforward_dropout_after_activation_in_training(student, tol, gen):
@@ -76,14 +85,16 @@ def test_feedforward_dropout_after_activation_in_training(student, tol, gen):
     ff.train()
     got = ff(x)
     hidden = F.gelu(F.linear(x.double(), w1.double(), b1.double())).float()
-    assert isinstance(got, torch.Tensor) and got.shape == x.shape, "output must be (batch, seq, d_model)"
+    assert_true(isinstance(got, torch.Tensor) and got.shape == x.shape, "the output must be a (batch, seq, d_model) tensor")
     # linear2 is the identity, so got - bias2 is the dropped-out hidden activation
     h = got - b2
     clear = hidden.abs() > 1e-3          # activations clearly distinguishable from a dropped 0
     dropped = (h.abs() <= 1e-6) & clear
     frac = (dropped.sum() / clear.sum()).item()
-    assert abs(frac - p) <= 0.03, (
-        f"dropout={p} zeroed a fraction {frac:.3f} of the hidden activations (expected {p} +- 0.03)")
+    assert_true(abs(frac - p) <= 0.03,
+                f"dropout={p} zeroed a fraction {frac:.3f} of the hidden activations (expected {p} +- 0.03)",
+                hidden="training dropout did not zero a fraction of about `dropout` of the hidden activations "
+                       "(it belongs after the activation, before linear2)")
     kept = clear & ~dropped
     assert_close(h[kept], hidden[kept] / (1 - p), tol=tol,
                  name="surviving hidden activations (gelu(linear1(x)) / (1 - p))")
@@ -112,8 +123,8 @@ def _check_block_grads(student, tol, gen, norm_first, activation, mask):
                  axes=X_AXES)
     assert_close(g.input_grads[0], x64.grad.float(), tol=tol, name="gradient w.r.t. x", axes=X_AXES)
     expected = block_param_grads(ref)
-    assert set(g.param_grads) == set(expected), (
-        f"expected gradients for the parameters {sorted(expected)}, got {sorted(g.param_grads)}")
+    assert_true(set(g.param_grads) == set(expected),
+                f"expected gradients for the parameters {sorted(expected)}, got {sorted(g.param_grads)}")
     for name, grad in expected.items():
         assert_close(g.param_grads[name], grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
 

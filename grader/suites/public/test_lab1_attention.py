@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F  # noqa: F401  (the reference lives in grader.suites._inputs)
 import pytest  # noqa: F401
 
-from grader.compare import assert_close
-from grader.suites._inputs import assert_mask_equal, attention_reference, randn, random_mask, tril_mask
+from grader.compare import assert_close, assert_true
+from grader.suites._inputs import attention_reference, randn, random_mask, tril_mask
 
 W_AXES = ("batch", "seq_q", "seq_k")
 O_AXES = ("batch", "seq_q", "d_v")
@@ -42,14 +42,14 @@ def test_bool_mask_blocks_keys(student, tol, gen):
     out, w = student.call("scaled_dot_product_attention", q, k, v, mask=mask)
     exp_out, exp_w = attention_reference(q, k, v, mask)
     assert_close(w, exp_w, tol=tol, name="weights", axes=W_AXES)
-    assert (w[:, ~mask] == 0).all(), "weights of blocked keys (mask False) must be exactly 0"
+    assert_true(bool((w[:, ~mask] == 0).all()), "weights of blocked keys (mask False) must be exactly 0")
     assert_close(out, exp_out, tol=tol, name="output", axes=O_AXES)
 
 
-def test_causal_mask_square(student):
+def test_causal_mask_square(student, tol):
     """causal_mask(seq) is the bool lower triangle: True where key j <= query i."""
     got = student.call("causal_mask", 5)
-    assert_mask_equal(got, tril_mask(5), name="causal_mask(5)")
+    assert_close(got, tril_mask(5), tol=tol, name="causal_mask(5)", axes=("seq_q", "seq_k"))
 
 
 def test_causal_attention_matches_pytorch(student, tol, gen):
@@ -68,15 +68,17 @@ def test_weights_rows_are_distributions_ordered_by_scores(student, tol, gen):
     q, k, v = randn(gen, 3, 6, 8, scale=1.5), randn(gen, 3, 9, 8), randn(gen, 3, 9, 5)
     mask = random_mask(gen, 3, 6, 9, p_true=0.7)
     _, w = student.call("scaled_dot_product_attention", q, k, v, mask=mask)
+    assert_true(isinstance(w, torch.Tensor) and w.shape == mask.shape,
+                f"weights: expected a tensor of shape (batch, seq_q, seq_k) = {tuple(mask.shape)}")
     assert_close(w.sum(-1), torch.ones(3, 6), tol=tol, name="sum of each weight row", axes=W_AXES[:2])
-    assert (w[~mask] == 0).all(), "weights of blocked keys must be exactly 0"
-    assert (w[mask] > 0).all(), "every allowed key must get a positive weight"
+    assert_true(bool((w[~mask] == 0).all()), "weights of blocked keys (mask False) must be exactly 0")
+    assert_true(bool((w[mask] > 0).all()), "every allowed key must get a positive weight")
     # softmax is strictly increasing: a clearly higher score must get a clearly higher weight
     scores = (q.double() @ k.double().transpose(-2, -1)).masked_fill(~mask, float("nan"))
     ds = scores.unsqueeze(-1) - scores.unsqueeze(-2)      # score_j - score_j'
     dw = w.double().unsqueeze(-1) - w.double().unsqueeze(-2)
     clearly = ds > 0.5
-    assert (dw[clearly] > 0).all(), "a key with a higher score must get a higher weight (softmax is monotone)"
+    assert_true(bool((dw[clearly] > 0).all()), "a key with a higher score must get a higher weight (softmax is monotone)")
 
 
 def test_no_dropout_when_not_training(student, tol, gen):

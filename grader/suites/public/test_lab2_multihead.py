@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 import pytest  # noqa: F401
 
-from grader.compare import assert_close
+from grader.compare import assert_close, assert_true
 from grader.suites._inputs import mha_reference_outputs, mha_weights, randn
 
 O_AXES = ("batch", "seq_q", "d_model")
@@ -65,7 +65,7 @@ def test_key_padding_mask_matches_pytorch(student, tol, gen):
     out, w = mha(x, x, x, mask=mask)
     exp_out, exp_w = mha_reference_outputs(sd, d_model, heads, x, x, x, mask)
     assert_close(w, exp_w, tol=tol, name="weights", axes=W_AXES)
-    assert (w[2, :, :, 2:] == 0).all(), "padded keys (mask False) must get exactly 0 weight"
+    assert_true(bool((w[2, :, :, 2:] == 0).all()), "padded keys (mask False) must get exactly 0 weight")
     assert_close(out, exp_out, tol=tol, name="output", axes=O_AXES)
 
 
@@ -77,8 +77,8 @@ def test_need_weights_false_returns_none(student, tol, gen):
     mha = student.module("MultiHeadAttention", d_model, heads)
     mha.load_state_dict(sd)
     result = mha(x, x, x, need_weights=False)
-    assert isinstance(result, (tuple, list)) and len(result) == 2, "forward must return a pair (output, weights)"
+    assert_true(isinstance(result, (tuple, list)) and len(result) == 2, "forward must return a pair (output, weights)")
     out, w = result
-    assert w is None, f"with need_weights=False the weights must be None, got {type(w).__name__}"
+    assert_true(w is None, f"with need_weights=False the weights must be None, got {type(w).__name__}")
     exp_out, _ = mha_reference_outputs(sd, d_model, heads, x, x, x)
     assert_close(out, exp_out, tol=tol, name="output", axes=O_AXES)

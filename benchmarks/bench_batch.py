@@ -1,0 +1,313 @@
+"""Benchmark ``grade_batch`` on a synthetic class, side by side with per-process baselines.
+
+    .venv/bin/python benchmarks/bench_batch.py              # 1,000 students
+    .venv/bin/python benchmarks/bench_batch.py --quick      # 40 students, smaller samples
+
+The class is built in a temporary folder from solutions/ and tests/fixtures/submissions/:
+70% correct (the reference and the ok_* fixtures), 20% with one bug (bug_*), 10% broken
+(broken_*, missing_*); every fifth student hands in a .zip. It is graded with
+``grade_batch`` (all cores unless --jobs), and in the same run, on a sample of the same
+students, with:
+
+(a) one ``python -m pytest`` process per submission, running the same suites through the
+    same grading plugin and sandbox (benchmarks/pytest_per_submission.py); it pays the
+    interpreter start and ``import torch`` for every submission. Measured serially on
+    --baseline-sample submissions and extrapolated to the class; its scores are checked
+    against the batch's.
+(b) nbgrader ``autograde`` of the notebook versions of the labs (``grader notebooks``),
+    when nbgrader is importable; measured on --nbgrader-sample correct students and
+    extrapolated.
+
+Nothing is faked: every figure printed is measured in this run or says how it was derived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from grader import paths  # noqa: E402
+from grader.batch import grade_batch  # noqa: E402
+from grader.rubric import load_rubric  # noqa: E402
+
+FIXTURES = paths.COURSE / "tests" / "fixtures" / "submissions"
+
+
+# ------------------------------------------------------------------------- the class
+
+def fixture_kinds() -> dict[str, list[str]]:
+    """The fixture submissions by kind: correct, one bug, broken."""
+    names = sorted(p.name for p in FIXTURES.iterdir() if (p / "expect.yaml").is_file())
+    return {"correct": [""] + [n for n in names if n.startswith("ok_")],   # "" = the reference
+            "one_bug": [n for n in names if n.startswith("bug_")],
+            "broken": [n for n in names if n.startswith(("broken_", "missing_"))]}
+
+
+def lay_down(fixture: str, dest: Path) -> None:
+    """The reference solutions overlaid with a fixture (as tests/conftest.py does)."""
+    dest.mkdir(parents=True)
+    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+        shutil.copyfile(f, dest / f.name)
+    if not fixture:
+        return
+    for f in sorted((FIXTURES / fixture).iterdir()):
+        if f.suffix == ".py":
+            shutil.copyfile(f, dest / f.name)
+    expect = yaml.safe_load((FIXTURES / fixture / "expect.yaml").read_text()) or {}
+    for gone in expect.get("delete", []) or []:
+        (dest / gone).unlink(missing_ok=True)
+
+
+def build_class(root: Path, n: int) -> list[dict]:
+    """n students: 70% correct, 20% one bug, 10% broken; every fifth as a .zip."""
+    kinds = fixture_kinds()
+    students = []
+    counters = {k: 0 for k in kinds}
+    for i in range(n):
+        kind = "correct" if i % 10 < 7 else "one_bug" if i % 10 < 9 else "broken"
+        variants = kinds[kind] or kinds["correct"]
+        fixture = variants[counters[kind] % len(variants)]
+        counters[kind] += 1
+        sid = f"s{i:05d}"
+        folder = root / sid
+        lay_down(fixture, folder)
+        zipped = i % 5 == 4
+        if zipped:
+            with zipfile.ZipFile(root / f"{sid}.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+                for f in sorted(folder.iterdir()):
+                    zf.write(f, f"{sid}/{f.name}")
+            shutil.rmtree(folder)
+        students.append({"id": sid, "kind": kind, "fixture": fixture or "solutions",
+                         "zip": zipped})
+    return students
+
+
+# ------------------------------------------------------------------------- (a) pytest
+
+def pytest_per_process(root: Path, sample: list[dict], batch_out: Path, work: Path) -> dict:
+    """Serially, one fresh ``python -m pytest`` per sampled submission; wall time each."""
+    rubric = load_rubric(paths.RUBRIC)
+    files = [str(f) for lab in rubric.labs for v in ("public", "hidden")
+             if (f := paths.SUITES / v / f"test_{lab}.py").is_file()]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    times, mismatches = [], []
+    for student in sample:
+        result = work / f"{student['id']}.json"
+        env.update(GRADER_BENCH_SUBMISSION=str(root / student["id"]),
+                   GRADER_BENCH_RESULT=str(result))
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "pytest_per_submission",
+                        "-c", str(paths.SUITES / "pytest.ini"), "--rootdir", str(paths.SUITES),
+                        "--import-mode=importlib", "-p", "no:cacheprovider", *files],
+                       cwd=paths.COURSE, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=1800)
+        times.append(time.perf_counter() - started)
+        got = json.loads(result.read_text())["total"]
+        want = json.loads((batch_out / student["id"] / "results.json").read_text())["score"]
+        if abs(got - want) > 1e-6:
+            mismatches.append(f"{student['id']}: pytest {got:g}, batch {want:g}")
+    return {"per_submission_s": statistics.fmean(times), "samples": len(times),
+            "min_s": min(times), "max_s": max(times), "score_mismatches": mismatches}
+
+
+# ------------------------------------------------------------------------- (b) nbgrader
+
+GENERATE_ALL = """
+import sys
+from traitlets.config import Config
+from nbgrader.apps import NbGraderAPI
+config = Config()
+config.CourseDirectory.root = sys.argv[1]
+api = NbGraderAPI(config=config)
+for lab in sys.argv[2:]:
+    result = api.generate_assignment(lab)
+    if not result["success"]:
+        sys.exit(f"generate_assignment {lab} failed: {result['error']}")
+"""
+
+
+def jupyter_env(root: Path) -> dict:
+    """A private Jupyter with a 'python3' kernel on this interpreter (as tests/test_notebooks)."""
+    data = root / "jupyter" / "data"
+    spec = data / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (bench)", "language": "python"}))
+    env = dict(os.environ)
+    env.update({"JUPYTER_PATH": str(data), "JUPYTER_DATA_DIR": str(data),
+                "JUPYTER_CONFIG_DIR": str(root / "jupyter" / "config"),
+                "JUPYTER_RUNTIME_DIR": str(root / "jupyter" / "runtime"),
+                "IPYTHONDIR": str(root / "jupyter" / "ipython"), "JUPYTER_PLATFORM_DIRS": "1",
+                "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+                "PYTHONWARNINGS": "ignore"})
+    return env
+
+
+def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
+    """Seconds per student for ``nbgrader autograde`` of every lab; or why not measured."""
+    try:
+        import nbgrader  # noqa: F401
+    except ImportError as exc:
+        return f"not measured (nbgrader is not importable: {exc})"
+    try:
+        from grader.notebooks import write_course
+    except ImportError as exc:
+        return f"not measured (no nbgrader course: grader.notebooks is missing: {exc})"
+    if n_students < 1:
+        return "not measured (--nbgrader-sample 0)"
+    rubric = load_rubric(paths.RUBRIC)
+    course = work / "course"
+    write_course(course)
+    env = jupyter_env(work)
+    proc = subprocess.run([sys.executable, "-c", GENERATE_ALL, str(course), *rubric.labs],
+                          cwd=course, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        return f"not measured (generate_assignment failed: {proc.stderr.strip()[-300:]})"
+    for i in range(n_students):      # correct submissions: the source notebooks
+        for lab in rubric.labs:
+            dest = course / "submitted" / f"nb{i:03d}" / lab / f"{lab}.ipynb"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(course / "source" / lab / f"{lab}.ipynb", dest)
+    started = time.perf_counter()
+    for lab in rubric.labs:          # one autograde per assignment, all students (serial)
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", lab, "--create"],
+                              cwd=course, env=env, capture_output=True, text=True, timeout=7200)
+        if proc.returncode != 0:
+            return f"not measured (autograde {lab} failed: {proc.stderr.strip()[-300:]})"
+    seconds = time.perf_counter() - started
+    return {"per_submission_s": seconds / n_students, "samples": n_students,
+            "labs": len(rubric.labs)}
+
+
+# ------------------------------------------------------------------------- report
+
+def duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true",
+                        help="40 students, 3 pytest samples, 1 nbgrader student")
+    parser.add_argument("--jobs", type=int, default=None, help="default: os.cpu_count()")
+    parser.add_argument("--baseline-sample", type=int, default=10)
+    parser.add_argument("--nbgrader-sample", type=int, default=2)
+    parser.add_argument("--no-nbgrader", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--keep", help="keep the class and the gradebook in this folder")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.students, args.baseline_sample, args.nbgrader_sample = 40, 3, 1
+    jobs = args.jobs or os.cpu_count() or 1
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="bench-batch-"))
+    root, out = work / "class", work / "gradebook"
+    if root.exists() or out.exists():
+        sys.exit(f"{work} already holds a class or gradebook; choose an empty folder")
+    root.mkdir(parents=True)
+    rubric = load_rubric(paths.RUBRIC)
+    print(f"machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
+          f"{platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start")
+    print(f"building {args.students} students in {root} ...", flush=True)
+    students = build_class(root, args.students)
+    counts = {k: sum(s["kind"] == k for s in students) for k in ("correct", "one_bug", "broken")}
+    print(f"class: {counts['correct']} correct, {counts['one_bug']} one bug, "
+          f"{counts['broken']} broken; {sum(s['zip'] for s in students)} as .zip; "
+          f"{len(rubric.labs)} labs, {rubric.max_points:g} points\n", flush=True)
+
+    started = time.perf_counter()
+    summary = grade_batch(root, out=out, jobs=jobs, progress=True)
+    batch_s = time.perf_counter() - started
+    engine = [json.loads((out / s["id"] / "results.json").read_text())["execution_time"]
+              for s in students]
+    figures = {
+        "students": args.students, "labs": len(rubric.labs), "jobs": jobs,
+        "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0],
+        "batch": {"total_s": batch_s, "per_submission_s": batch_s / args.students,
+                  "per_submission_per_core_s": batch_s * jobs / args.students,
+                  "engine_mean_s": statistics.fmean(engine),
+                  "not_ok": summary.not_ok, "internal_errors": summary.internal_errors,
+                  "main_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
+    }
+    print(f"\nbatch done in {duration(batch_s)}; main process peak RSS "
+          f"{figures['batch']['main_max_rss_mb']:.0f} MB\n", flush=True)
+
+    folders = [s for s in students if not s["zip"]]
+    step = max(1, len(folders) // max(1, args.baseline_sample))
+    sample = folders[::step][:args.baseline_sample]
+    print(f"(a) one pytest process per submission, serially, on {len(sample)} of them ...",
+          flush=True)
+    baseline_dir = work / "pytest-baseline"
+    baseline_dir.mkdir()
+    figures["pytest_per_process"] = pytest_per_process(root, sample, out, baseline_dir)
+    if args.no_nbgrader:
+        figures["nbgrader"] = "not measured (--no-nbgrader)"
+    else:
+        print(f"(b) nbgrader autograde of {args.nbgrader_sample} student(s) ...", flush=True)
+        nb_dir = work / "nbgrader"
+        nb_dir.mkdir()
+        figures["nbgrader"] = nbgrader_autograde(nb_dir, args.nbgrader_sample)
+
+    n = args.students
+    per = figures["batch"]["per_submission_s"]
+    rows = [(f"grader batch, {jobs} process(es)", per, batch_s, "measured, whole class", 1.0)]
+    pp = figures["pytest_per_process"]
+    rows.append(("pytest process per submission, serial", pp["per_submission_s"],
+                 pp["per_submission_s"] * n,
+                 f"{pp['samples']} measured, x{n} extrapolated", pp["per_submission_s"] / per))
+    rows.append((f"  same, ideally {jobs} at a time", pp["per_submission_s"] / jobs,
+                 pp["per_submission_s"] * n / jobs, "derived: serial / jobs",
+                 pp["per_submission_s"] / jobs / per))
+    nb = figures["nbgrader"]
+    if isinstance(nb, dict):
+        rows.append((f"nbgrader autograde ({nb['labs']} notebooks), serial",
+                     nb["per_submission_s"], nb["per_submission_s"] * n,
+                     f"{nb['samples']} measured, x{n} extrapolated",
+                     nb["per_submission_s"] / per))
+
+    print(f"\n{n} students x {len(rubric.labs)} labs on {os.cpu_count()} CPUs")
+    print(f"{'method':42s} {'per submission':>15s} {'total':>10s} {'vs batch':>9s}  how")
+    for name, each, total, how, ratio in rows:
+        print(f"{name:42s} {each:13.2f} s {duration(total):>10s} {ratio:8.1f}x  {how}")
+    if not isinstance(nb, dict):
+        print(f"nbgrader: {nb}")
+    print(f"\nbatch: {figures['batch']['per_submission_per_core_s']:.2f} s per submission per "
+          f"core; grade_submission itself {figures['batch']['engine_mean_s']:.2f} s mean "
+          f"(tests' compute included)")
+    if pp["score_mismatches"]:
+        print("WARNING: pytest baseline and batch disagree: " + "; ".join(pp["score_mismatches"]))
+    else:
+        print(f"pytest baseline scores match the batch's on all {pp['samples']} sampled students")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

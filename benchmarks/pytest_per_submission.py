@@ -1,0 +1,55 @@
+"""A pytest plugin for the baseline of bench_batch.py: one ``pytest`` process per submission.
+
+    GRADER_BENCH_SUBMISSION=path/to/student GRADER_BENCH_RESULT=out.json \\
+    PYTHONPATH=benchmarks python -m pytest -p pytest_per_submission grader/suites/...
+
+It runs the same suites through the same grading plugin and sandbox as ``grader grade``, so
+every submission pays what a fresh process pays: interpreter start, ``import torch`` (in
+pytest and in the sandbox zygote), collection. It does not probe the labs first (a lab that
+does not import fails test by test instead), which gives the same points. The total is
+written to GRADER_BENCH_RESULT so that the benchmark can check it against the batch's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from grader import paths
+from grader.grading import sanitize, score
+from grader.plugin import GradingPlugin
+from grader.rubric import load_rubric
+from grader.sandbox import Zygote, make_scratch
+from grader.student import Session
+
+_STATE: dict = {}
+
+
+def pytest_configure(config):
+    rubric = load_rubric(paths.RUBRIC)
+    labs = list(rubric.labs)
+    clean = sanitize(Path(os.environ["GRADER_BENCH_SUBMISSION"]), rubric, labs)
+    zygote = Zygote(forbidden=tuple(sorted({f for lab in rubric.labs.values()
+                                            for f in lab.forbidden}))).start()
+    scratch = make_scratch(clean.files)
+    session = Session(zygote=zygote, submission_dir=scratch.name,
+                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()})
+    plugin = GradingPlugin(rubric=rubric, session=session)
+    config.pluginmanager.register(plugin, "grading")
+    _STATE.update(rubric=rubric, labs=labs, clean=clean, zygote=zygote, scratch=scratch,
+                  session=session, plugin=plugin)
+
+
+def pytest_unconfigure(config):
+    if not _STATE:
+        return
+    s = _STATE
+    s["session"].close()
+    s["scratch"].cleanup()
+    s["zygote"].close()
+    problems = {lab: ("missing" if "not found" in why else "error", why)
+                for lab, why in s["clean"].problems.items()}
+    result = score("bench", s["rubric"], s["labs"], ("public", "hidden"), s["plugin"].outcomes,
+                   problems, s["plugin"].collection_errors)
+    Path(os.environ["GRADER_BENCH_RESULT"]).write_text(json.dumps({"total": result.score}))

@@ -1,0 +1,331 @@
+"""grader batch: a small class end to end, resuming, a kill mid-run, hostile students, zips.
+
+The class is graded once per module (``graded``); the other tests copy it or grade their
+own small class, so that each asserts on a run of its own.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import make_submission
+from grader import batch, paths
+from grader.batch import ZipRejected, check_zip, grade_batch, unpack_zip
+from grader.grading import grade_submission
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STUDENTS = ["alice", "bob", "carol", "dave", "erin", "frank", "gina"]
+ZIP_DOTDOT = "rejected zip: member '../evil.py' points outside the folder ('..')"
+ZIP_SYMLINK = "rejected zip: member 'frank/lab1_attention.py' is a symbolic link"
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def zip_folder(folder: Path, dest: Path, prefix: str = "") -> Path:
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(folder.iterdir()):
+            zf.write(f, prefix + f.name)
+    return dest
+
+
+def last_lab(rubric) -> str:
+    """A lab no other lab imports (the last one), so deleting it breaks only itself."""
+    return list(rubric.labs)[-1]
+
+
+def build_class(root: Path, rubric) -> Path:
+    """correct, one bug, syntax error, missing lab, two hostile zips, a correct zip."""
+    make_submission("ok_einsum", root / "alice")
+    make_submission("bug_no_scale", root / "bob")
+    make_submission("broken_syntax", root / "carol")
+    make_submission("ok_einsum", root / "dave")
+    (root / "dave" / rubric.labs[last_lab(rubric)].file).unlink()
+    with zipfile.ZipFile(root / "erin.zip", "w") as zf:
+        zf.writestr("erin/lab1_attention.py", "x = 1\n")
+        zf.writestr("../evil.py", "print('escaped')\n")
+    with zipfile.ZipFile(root / "frank.zip", "w") as zf:
+        info = zipfile.ZipInfo("frank/lab1_attention.py")
+        info.create_system = 3
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/passwd")
+    gina = make_submission("ok_einsum", root.parent / f"{root.name}-gina")
+    zip_folder(gina, root / "gina.zip", prefix="gina/")
+    (root / ".git").mkdir()                       # hidden entries are not students
+    (root / ".git" / "lab1_attention.py").write_text("x = 1\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, rubric):
+    root = build_class(tmp_path_factory.mktemp("class"), rubric)
+    out = tmp_path_factory.mktemp("out")
+    summary = grade_batch(root, out=out, jobs=2, progress=False)
+    return root, out, summary
+
+
+def mtimes(out: Path) -> dict[str, int]:
+    return {s: (out / s / "results.json").stat().st_mtime_ns for s in STUDENTS}
+
+
+# ------------------------------------------------------------------------- end to end
+
+def test_grades_csv_rows(graded, rubric, zygote, tmp_path):
+    root, out, summary = graded
+    rows = read_csv(out / "grades.csv")
+    labs = list(rubric.labs)
+    with open(out / "grades.csv", encoding="utf-8") as fh:
+        assert fh.readline().strip() == ",".join(["student", *labs, "total", "max_total", "status"])
+    assert [r["student"] for r in rows] == STUDENTS
+    full = {lab: f"{rubric.labs[lab].max_points:g}" for lab in labs}
+    by = {r["student"]: r for r in rows}
+    for r in rows:
+        assert float(r["max_total"]) == rubric.max_points
+        assert float(r["total"]) == pytest.approx(sum(float(r[lab]) for lab in labs))
+    for student in ("alice", "gina"):            # correct (a folder, and a zip of one)
+        assert {lab: by[student][lab] for lab in labs} == full
+        assert by[student]["status"] == "ok"
+    # One bug: exactly the engine's own result for that submission.
+    expected = grade_submission(make_submission("bug_no_scale", tmp_path / "bob"),
+                                rubric=rubric, zygote=zygote)
+    assert {lab: float(by["bob"][lab]) for lab in labs} == \
+        {lab.name: lab.score for lab in expected.labs}
+    assert float(by["bob"]["lab1_attention"]) < rubric.labs["lab1_attention"].max_points
+    assert by["bob"]["status"] == "ok"
+    # A syntax error in lab1 costs lab1 (and lab2, which imports it), nothing else.
+    assert by["carol"]["lab1_attention"] == "0" and by["carol"]["lab2_multihead"] == "0"
+    assert all(by["carol"][lab] == full[lab] for lab in labs[2:])
+    assert by["carol"]["status"] == "ok"
+    # A missing lab is graded as zero for that lab only.
+    missing = last_lab(rubric)
+    assert by["dave"][missing] == "0"
+    assert all(by["dave"][lab] == full[lab] for lab in labs if lab != missing)
+    # Hostile zips are refused, with the reason as the status.
+    assert by["erin"]["status"] == ZIP_DOTDOT
+    assert by["frank"]["status"] == ZIP_SYMLINK
+    for student in ("erin", "frank"):
+        assert by[student]["total"] == "0"
+    assert not (root.parent / "evil.py").exists() and not (out.parent / "evil.py").exists()
+    assert "execution" not in (out / "grades.csv").read_text() and "time" not in rows[0]
+
+
+def test_results_json_per_student(graded, rubric):
+    _, out, _ = graded
+    rows = {r["student"]: r for r in read_csv(out / "grades.csv")}
+    n_tests = sum(len(lab.tests) for lab in rubric.labs.values())
+    for student in STUDENTS:
+        data = json.loads((out / student / "results.json").read_text())
+        assert len(data["tests"]) == n_tests
+        assert data["score"] == pytest.approx(float(rows[student]["total"]))
+        assert data["extra_data"]["status"] == rows[student]["status"]
+        fingerprint = json.loads((out / student / "fingerprint.json").read_text())
+        assert set(fingerprint) == {"submission", "rubric", "suites"}
+    assert "../evil.py" in json.loads((out / "erin" / "results.json").read_text())["output"]
+
+
+def test_summary_json(graded, rubric):
+    _, out, summary = graded
+    data = json.loads((out / "summary.json").read_text())
+    rows = read_csv(out / "grades.csv")
+    totals = [float(r["total"]) for r in rows]
+    assert data["students"] == 7 and data["graded_ok"] == 5 and data["failed"] == 2
+    assert data["statuses"] == {"ok": 5, ZIP_DOTDOT: 1, ZIP_SYMLINK: 1}
+    assert data["max_total"] == rubric.max_points
+    score = data["score"]
+    assert score["mean"] == pytest.approx(sum(totals) / 7, abs=1e-4)
+    assert score["median"] == sorted(totals)[3]
+    assert (score["min"], score["max"]) == (min(totals), max(totals)) == (0.0, rubric.max_points)
+    assert sum(score["histogram"]["counts"]) == 7
+    assert score["histogram"]["counts"][-1] == 2          # alice and gina: full marks
+    assert len(score["histogram"]["bin_edges"]) == len(score["histogram"]["counts"]) + 1
+    # Pass rates are over the 5 students graded "ok"; check one test by hand.
+    names = [f"{lab.name}: {t}" for lab in rubric.labs.values() for t in lab.tests]
+    assert list(data["tests"]) == names
+    name = "lab1_attention: test_matches_pytorch_3d"
+    passed = sum(any(t["name"] == name and t["status"] == "passed"
+                     for t in json.loads((out / s / "results.json").read_text())["tests"])
+                 for s in ("alice", "bob", "carol", "dave", "gina"))
+    assert data["tests"][name]["passed"] == passed
+    assert data["tests"][name]["pass_rate"] == pytest.approx(passed / 5, abs=1e-4)
+    assert data["labs"][last_lab(rubric)]["statuses"].get("missing") == 1
+    # The Python API's summary agrees with the files.
+    assert (summary.students, summary.graded, summary.up_to_date, summary.not_ok) == (7, 7, 0, 2)
+    assert summary.internal_errors == 0
+    assert json.loads(json.dumps(summary.to_dict()))["mean"] == score["mean"]
+
+
+def test_plots_are_png(graded):
+    _, out, summary = graded
+    for name in ("score_histogram.png", "test_pass_rates.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 2000
+        assert summary.files[name.removesuffix(".png")] == str(out / name)
+
+
+# ------------------------------------------------------------------------- resume
+
+def test_rerun_skips_unchanged_and_regrades_only_the_changed(graded, tmp_path, rubric):
+    root0, out0, _ = graded
+    root, out = tmp_path / "class", tmp_path / "out"
+    shutil.copytree(root0, root, symlinks=True)
+    shutil.copytree(out0, out)
+    before, csv_before = mtimes(out), (out / "grades.csv").read_bytes()
+
+    again = grade_batch(root, out=out, jobs=2, progress=False)
+    assert (again.graded, again.up_to_date) == (0, 7)
+    assert mtimes(out) == before
+    assert (out / "grades.csv").read_bytes() == csv_before
+
+    shutil.copyfile(paths.SOLUTIONS / "lab1_attention.py", root / "bob" / "lab1_attention.py")
+    changed = grade_batch(root, out=out, jobs=2, progress=False)
+    assert (changed.graded, changed.up_to_date) == (1, 6)
+    after = mtimes(out)
+    assert [s for s in STUDENTS if after[s] != before[s]] == ["bob"]
+    bob = next(r for r in read_csv(out / "grades.csv") if r["student"] == "bob")
+    assert float(bob["total"]) == rubric.max_points
+
+
+# ------------------------------------------------------------------------- kill mid-run
+
+def _grader_command() -> list[str]:
+    script = Path(sys.executable).with_name("grader")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "grader.cli"]
+
+
+def test_killed_batch_resumes_to_the_same_gradebook(graded, tmp_path):
+    root, out0, _ = graded
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*_grader_command(), "batch", str(root), "--out", str(out),
+                             "--jobs", "1", "--quiet"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # The two refused zips are written at once; wait for a graded student or two more.
+        deadline = time.monotonic() + 240
+        while len(list(out.glob("*/fingerprint.json"))) < 3:
+            assert proc.poll() is None, "the batch ended before it could be killed"
+            assert time.monotonic() < deadline, "no student was graded in time"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)      # the batch, its grading processes, zygotes
+        proc.wait()
+    done = len(list(out.glob("*/fingerprint.json")))
+    assert 3 <= done < len(STUDENTS), done
+    assert not (out / "grades.csv").exists()
+
+    resumed = grade_batch(root, out=out, jobs=2, progress=False)
+    assert resumed.up_to_date >= 3 and resumed.graded == len(STUDENTS) - resumed.up_to_date
+    assert (out / "grades.csv").read_bytes() == (out0 / "grades.csv").read_bytes()
+    assert (out / "summary.json").read_bytes() == (out0 / "summary.json").read_bytes()
+
+
+# ------------------------------------------------------------------------- hostile students
+
+def quick_rubric(dest: Path, seconds: int) -> Path:
+    """A copy of the course rubric whose every time limit is ``seconds``."""
+    text = paths.RUBRIC.read_text(encoding="utf-8")
+    dest.write_text(re.sub(r"time_limit_s: *[0-9.]+", f"time_limit_s: {seconds}", text),
+                    encoding="utf-8")
+    return dest
+
+
+def test_hostile_students_do_not_affect_others(tmp_path, rubric, monkeypatch):
+    root = tmp_path / "class"
+    make_submission("ok_einsum", root / "a_good")
+    hang = make_submission("ok_einsum", root / "b_hang_import")
+    hang.joinpath("lab1_attention.py").write_text("while True:\n    pass\n")
+    gone = make_submission("ok_einsum", root / "c_exit_import")
+    gone.joinpath("lab2_multihead.py").write_text("import os\nos._exit(3)\n")
+    slow = make_submission("ok_einsum", root / "d_hang_calls")
+    source = slow.joinpath("lab1_attention.py").read_text()
+    slow.joinpath("lab1_attention.py").write_text(
+        source + "\n\ndef scaled_dot_product_attention(*args, **kwargs):\n"
+                 "    while True:\n        pass\n")
+    # d_hang_calls would time out test after test; the batch's own budget stops it first.
+    monkeypatch.setattr(batch, "student_budget_s", lambda rubric: 20.0)
+    summary = grade_batch(root, out=tmp_path / "out", jobs=2, progress=False,
+                          rubric=quick_rubric(tmp_path / "rubric.yaml", 3))
+
+    labs = list(rubric.labs)
+    by = {r["student"]: r for r in read_csv(tmp_path / "out" / "grades.csv")}
+    assert list(by) == ["a_good", "b_hang_import", "c_exit_import", "d_hang_calls"]
+    assert float(by["a_good"]["total"]) == rubric.max_points and by["a_good"]["status"] == "ok"
+    # A hanging import and an os._exit at import cost their own labs and nothing else.
+    assert [by["b_hang_import"][lab] for lab in labs[:2]] == ["0", "0"]
+    assert by["b_hang_import"]["status"] == "ok"
+    assert float(by["c_exit_import"]["lab1_attention"]) == rubric.labs["lab1_attention"].max_points
+    assert by["c_exit_import"]["lab2_multihead"] == "0" and by["c_exit_import"]["status"] == "ok"
+    for student in ("b_hang_import", "c_exit_import"):
+        assert all(float(by[student][lab]) == rubric.labs[lab].max_points for lab in labs[2:])
+    # The student who ran past the budget: stopped, reported, and retried on the next run.
+    assert by["d_hang_calls"]["status"] == \
+        "grading failed: took longer than 20 s and was stopped"
+    assert not (tmp_path / "out" / "d_hang_calls" / "fingerprint.json").exists()
+    assert summary.internal_errors == 1 and summary.not_ok == 1
+
+
+# ------------------------------------------------------------------------- zip safety
+
+def _zip(path: Path, members: dict[str, bytes | str]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("members, reason", [
+    ({"/etc/cron.d/x": "x"}, "member '/etc/cron.d/x' has an absolute path"),
+    ({"a/../../x.py": "x"}, "member 'a/../../x.py' points outside the folder ('..')"),
+    ({f"f{i}.py": "x" for i in range(201)}, "has 201 members; the limit is 200"),
+    ({"big.py": b"0" * (2 * 2**20 + 1)}, "member 'big.py' is 2.0 MB uncompressed; the limit is 2 MB"),
+    ({f"f{i}.bin": b"0" * (2 * 2**20) for i in range(11)}, "more than 20 MB uncompressed in total"),
+])
+def test_check_zip_refuses(tmp_path, members, reason):
+    with pytest.raises(ZipRejected) as exc:
+        check_zip(_zip(tmp_path / "s.zip", members))
+    assert str(exc.value) == reason
+
+
+def test_check_zip_refuses_symlink_and_garbage(tmp_path):
+    path = tmp_path / "link.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        info = zipfile.ZipInfo("lab1_attention.py")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/shadow")
+    with pytest.raises(ZipRejected, match="is a symbolic link"):
+        check_zip(path)
+    (tmp_path / "junk.zip").write_bytes(b"not a zip at all")
+    with pytest.raises(ZipRejected, match="not a readable zip file"):
+        check_zip(tmp_path / "junk.zip")
+
+
+def test_unpack_zip_keeps_folders_inside_dest(tmp_path):
+    path = _zip(tmp_path / "s.zip", {"sub/": "", "sub/lab1_attention.py": "x = 1\n",
+                                      "./top.py": "y = 2\n"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    unpack_zip(path, dest)
+    assert (dest / "sub" / "lab1_attention.py").read_text() == "x = 1\n"
+    assert (dest / "top.py").read_text() == "y = 2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "s.zip"]
+
+
+def test_bad_root_is_a_usage_error(tmp_path):
+    from grader.cli import UsageError, main
+    with pytest.raises(UsageError, match="not a folder of submissions"):
+        grade_batch(tmp_path / "nope", out=tmp_path / "out", progress=False)
+    assert main(["batch", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2

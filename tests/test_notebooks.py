@@ -1,0 +1,693 @@
+"""Notebooks: the nbgrader course built from solutions/ (grader.notebooks), lab code extracted
+from submitted notebooks (grader.notebook_source, grading.sanitize), and the gradebook export
+(grader.nbgrader_bridge).
+
+The tests marked ``nbgrader`` run the real nbgrader end to end (generate_assignment, autograde,
+generate_feedback, the Gradebook API) with a kernelspec in a temporary JUPYTER_PATH that points
+at this interpreter; they are skipped only when nbgrader is not importable.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader import paths
+from grader.notebook_source import (
+    TEST_CELL_MARKER,
+    Cell,
+    NotebookError,
+    extract_lab_source,
+    given_imports,
+    hidden_test_id,
+    lab_source_from_notebook,
+    parse_notebook,
+    grade_id_for,
+)
+from grader.notebooks import course_drift, course_files, write_course
+
+try:
+    import nbgrader  # noqa: F401
+    from nbgrader.api import Gradebook
+    NBGRADER_MISSING = ""
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    NBGRADER_MISSING = f"nbgrader is not importable ({exc}); pip install 'attention-labs[notebooks]'"
+
+needs_nbgrader = pytest.mark.skipif(bool(NBGRADER_MISSING), reason=NBGRADER_MISSING or "x")
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NB_FIXTURES = FIXTURES / "notebooks"
+LAB1 = "lab1_attention"
+
+
+def _nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _src(cell: dict) -> str:
+    s = cell["source"]
+    return s if isinstance(s, str) else "".join(s)
+
+
+def _meta(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _write_nb(nb: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    return path
+
+
+def _code_cell(source: str, outputs=None, metadata=None) -> dict:
+    return {"cell_type": "code", "execution_count": None, "metadata": metadata or {},
+            "outputs": outputs or [], "source": source}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    out = tmp_path_factory.mktemp("course")
+    write_course(out)
+    return out
+
+
+# ======================================================================================
+# The course builder
+# ======================================================================================
+
+
+def test_course_has_one_assignment_per_lab_with_rubric_points(course, rubric):
+    assert (course / "nbgrader_config.py").is_file()
+    for lab, spec in rubric.labs.items():
+        nb = _nb(course / "source" / lab / f"{lab}.ipynb")
+        assert nb["nbformat"] == 4 and nb["metadata"]["kernelspec"]["language"] == "python"
+        ids = [_meta(c)["grade_id"] for c in nb["cells"] if _meta(c)]
+        assert len(ids) == len(set(ids)), "grade ids must be unique"
+        tests = [c for c in nb["cells"] if _meta(c).get("grade")]
+        # one test cell per rubric test, worth the rubric's points
+        assert len(tests) == len(spec.tests)
+        assert sum(_meta(c)["points"] for c in tests) == pytest.approx(spec.max_points)
+        by_id = {_meta(c)["grade_id"]: _meta(c)["points"] for c in tests}
+        for name, t in spec.tests.items():
+            assert by_id[grade_id_for(lab, name, t.visibility)] == t.points
+        for c in nb["cells"]:
+            m = _meta(c)
+            if not m:
+                assert c["cell_type"] == "markdown"
+                continue
+            assert m["schema_version"] == 3 and m["grade_id"]
+            if m["solution"]:
+                assert m == {"grade": False, "solution": True, "locked": False,
+                             "grade_id": m["grade_id"], "schema_version": 3}
+                assert "### BEGIN SOLUTION" in _src(c) and "### END SOLUTION" in _src(c)
+                assert "# TODO(Lab " in _src(c)
+            elif m["grade"]:
+                assert m["locked"] and not m["solution"] and TEST_CELL_MARKER in _src(c)
+        # the cell before the tests is a solution cell, so nbgrader can put back a deleted test
+        first_test = next(i for i, c in enumerate(nb["cells"]) if _meta(c).get("grade"))
+        before = [c for c in nb["cells"][:first_test] if _meta(c)]
+        assert _meta(before[-1])["solution"]
+
+
+def test_lesson_and_code_come_from_the_solution(course, rubric):
+    for lab, spec in rubric.labs.items():
+        nb = _nb(course / "source" / lab / f"{lab}.ipynb")
+        source = (paths.SOLUTIONS / spec.file).read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        doc = ast.get_docstring(tree)
+        assert nb["cells"][0]["cell_type"] == "markdown"
+        assert doc.splitlines()[2] in _src(nb["cells"][0])
+        code = "\n".join(_src(c) for c in nb["cells"] if c["cell_type"] == "code"
+                         and not _meta(c).get("grade"))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                assert f"{'class' if isinstance(node, ast.ClassDef) else 'def'} {node.name}" in code
+        # the instructor version, markers aside, is the reference code
+        no_markers = "\n".join(ln for ln in code.splitlines()
+                               if "### " not in ln and "# TODO(Lab" not in ln)
+        ns: dict = {}
+        if "from lab1_attention" not in no_markers:
+            exec(compile(no_markers, lab, "exec"), ns)
+
+
+def test_hidden_tests_are_hidden_in_the_source_notebook(course, rubric):
+    for lab, spec in rubric.labs.items():
+        text = (course / "source" / lab / f"{lab}.ipynb").read_text(encoding="utf-8")
+        for name, t in spec.tests.items():
+            if t.visibility == "hidden":
+                assert name not in text, f"hidden test name {name} is in the notebook"
+                assert hidden_test_id(lab, name) in text
+        nb = _nb(course / "source" / lab / f"{lab}.ipynb")
+        for c in nb["cells"]:
+            if _meta(c).get("grade_id", "").startswith("hidden_"):
+                lines = _src(c).splitlines()
+                begin, end = lines.index("### BEGIN HIDDEN TESTS"), lines.index("### END HIDDEN TESTS")
+                assert all("hidden=" not in ln for ln in lines[:begin] + lines[end:])
+
+
+def test_drift_check_finds_missing_stale_and_extra(course, tmp_path):
+    assert course_drift(course) == []
+    copy_ = tmp_path / "c"
+    write_course(copy_)
+    nb_path = copy_ / "source" / LAB1 / f"{LAB1}.ipynb"
+    nb = _nb(nb_path)
+    nb["cells"][0]["source"] = ["# edited by hand\n"]
+    nb_path.write_text(json.dumps(nb, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (copy_ / "source" / "lab2_multihead" / "lab2_multihead.ipynb").unlink()
+    extra = copy_ / "source" / "lab9_extra" / "lab9_extra.ipynb"
+    extra.parent.mkdir()
+    extra.write_text("{}", encoding="utf-8")
+    problems = course_drift(copy_)
+    text = "\n".join(problems)
+    assert f"{LAB1}.ipynb: stale" in text and "edited by hand" in text
+    assert "lab2_multihead.ipynb: missing" in text
+    assert "lab9_extra.ipynb: extra notebook" in text
+
+
+def test_generation_is_deterministic(rubric):
+    assert course_files(rubric=rubric) == course_files(rubric=rubric)
+
+
+def test_cli_notebooks_and_check(tmp_path):
+    grader = [sys.executable, "-m", "grader.cli"]
+    proc = subprocess.run([*grader, "notebooks", "--out", str(tmp_path), "--lab", LAB1],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "source" / LAB1 / f"{LAB1}.ipynb").is_file()
+    proc = subprocess.run([*grader, "notebooks", "--out", str(tmp_path), "--lab", LAB1, "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "in sync" in proc.stdout, proc.stdout + proc.stderr
+    (tmp_path / "nbgrader_config.py").write_text("# changed\n")
+    proc = subprocess.run([*grader, "notebooks", "--out", str(tmp_path), "--lab", LAB1, "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "nbgrader_config.py: stale" in proc.stdout
+
+
+def test_dependencies_are_shipped_only_on_request(rubric):
+    lab2 = "lab2_multihead"
+    assert f"source/{lab2}/lab1_attention.py" not in course_files(rubric=rubric, labs=[lab2])
+    with_deps = course_files(rubric=rubric, labs=[lab2], include_dependencies=True)
+    assert with_deps[f"source/{lab2}/lab1_attention.py"] == \
+        (paths.SOLUTIONS / "lab1_attention.py").read_text(encoding="utf-8")
+    nb = json.loads(course_files(rubric=rubric, labs=[lab2])[f"source/{lab2}/{lab2}.ipynb"])
+    assert "`lab1_attention.py`" in _src(nb["cells"][1])
+
+
+# ======================================================================================
+# Extracting lab code from notebooks
+# ======================================================================================
+
+
+def _cells(*sources: str) -> list[Cell]:
+    return [Cell(label=f"code cell {i}", source=textwrap.dedent(s)) for i, s in enumerate(sources, 1)]
+
+
+def _run(source: str) -> dict:
+    ns: dict = {}
+    exec(compile(source, "extracted", "exec"), ns)
+    return ns
+
+
+def test_last_definition_wins_and_reordering_is_fine():
+    got = extract_lab_source(_cells(
+        "def f():\n    return helper() + 1\n",
+        "def helper():\n    return 1\n",
+        "def f():\n    return helper() + 10\n",        # retyped later: this one counts
+    ), name="nb")
+    assert _run(got.source)["f"]() == 11
+
+
+def test_experiments_are_left_out_and_definitions_kept():
+    got = extract_lab_source(_cells(
+        """
+        import math
+        import not_a_module_anywhere_xyz
+        EPS = 1e-9
+        TABLE = {"relu": abs}
+        """,
+        """
+        def attention(x):
+            return x * 2
+        """,
+        """
+        q = 3
+        out = attention(q)          # runs student code: left out
+        print(out)                  # an expression: left out
+        doubled = out * 2           # uses a left-out result: left out
+        assert attention(1) == 5    # the student's own check: left out
+        alias = attention
+        alias(4)
+        also = alias(5)
+        """,
+        """
+        import torch.nn.functional as F
+        ref = F.scaled_dot_product_attention  # names a forbidden API: left out
+        """,
+    ), name="nb", forbidden=("torch.nn.functional.scaled_dot_product_attention",))
+    ns = _run(got.source)
+    assert ns["attention"](2) == 4 and ns["EPS"] == 1e-9 and ns["q"] == 3
+    assert "alias" in ns
+    for gone in ("out", "doubled", "also", "ref"):
+        assert gone not in ns
+    assert "not_a_module_anywhere_xyz" not in got.source
+    note = "\n".join(got.notes)
+    assert "only definitions are graded" in note and "code cell 3 line 3 (runs your code)" in note
+    assert "not_a_module_anywhere_xyz, which the grader does not have" in note
+    assert "scaled_dot_product_attention, which the lab may not use" in note
+
+
+def test_magics_shell_and_help_lines_are_left_out():
+    got = extract_lab_source(_cells(
+        "%matplotlib inline\nimport math\n!pip install nothing\nfiles = !ls\nmath.sqrt?\n",
+        "%%bash\necho hello\n",
+        "%%time\ndef g():\n    for i in range(2):\n        %time i\n    return 7\n",
+    ), name="nb")
+    ns = _run(got.source)
+    assert ns["g"]() == 7 and "math" in ns
+    assert "echo hello" not in got.source
+    assert any("%%bash" in n for n in got.notes)
+    assert any("IPython magics" in n for n in got.notes)
+
+
+def test_cell_that_does_not_parse_is_left_out_with_a_note():
+    got = extract_lab_source(_cells("def ok():\n    return 1\n", "def bad(:\n    pass\n"), name="nb")
+    assert _run(got.source)["ok"]() == 1
+    assert any("code cell 2 was left out: invalid syntax at its line 1" in n for n in got.notes)
+
+
+def test_test_cells_are_left_out_by_metadata_and_marker():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        _code_cell("x = 1\n"),
+        _code_cell("assert x == 1\nx = 2\n",
+                   metadata={"nbgrader": {"grade": True, "solution": False, "locked": True,
+                                          "points": 1, "grade_id": "t", "schema_version": 3}}),
+        _code_cell(f"{TEST_CELL_MARKER}\nx = 3\n"),
+        _code_cell("from grader.notebooks import check\nx = 4\n"),
+        {"cell_type": "markdown", "metadata": {}, "source": "x = 5"},
+    ]}
+    cells = parse_notebook(json.dumps(nb).encode(), name="t.ipynb")
+    assert [c.test for c in cells] == [False, True, True, True]
+    assert _run(extract_lab_source(cells, name="t.ipynb").source)["x"] == 1
+
+
+def test_nothing_to_grade_and_invalid_json_are_clear():
+    with pytest.raises(NotebookError, match="has no code to grade"):
+        extract_lab_source([Cell("code cell 1", "   \n")], name="nb")
+    data = (NB_FIXTURES / "broken_json" / "lab1_attention.ipynb").read_bytes()
+    with pytest.raises(NotebookError, match=r"lab1_attention.ipynb is not a valid notebook: "
+                                            r"Expecting ',' delimiter at line 7"):
+        parse_notebook(data, name="lab1_attention.ipynb")
+    with pytest.raises(NotebookError, match="not a valid notebook: expected a JSON object"):
+        parse_notebook(b"[1, 2]", name="x.ipynb")
+    with pytest.raises(NotebookError, match="not UTF-8"):
+        parse_notebook(b'{"cells": "\xff"}', name="x.ipynb")
+
+
+def test_nbformat3_notebook_is_read():
+    data = (NB_FIXTURES / "nbformat3" / "lab1_attention.ipynb").read_bytes()
+    cells = parse_notebook(data, name="lab1_attention.ipynb")
+    got = extract_lab_source(cells, name="lab1_attention.ipynb")
+    ns = _run(got.source)
+    assert ns["causal_mask"](3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_given_imports_never_import_a_lab():
+    assert given_imports("lab1_attention.py") == \
+        "import math; import torch; import torch.nn.functional as F"
+    line = given_imports("lab2_multihead.py")
+    assert "torch.nn as nn" in line and "lab1" not in line
+    assert given_imports("lab_missing.py") == ""
+
+
+# ======================================================================================
+# Grading notebook submissions (sanitize -> sandbox)
+# ======================================================================================
+
+
+def _notebook_from_py(py: str, *, split: bool = True) -> dict:
+    """A student-style notebook: each top-level statement group in its own cell."""
+    tree = ast.parse(py)
+    lines = py.splitlines(keepends=True)
+    cells = []
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    for i, node in enumerate(body):
+        end = body[i + 1].lineno - 1 if i + 1 < len(body) else len(lines)
+        cells.append(_code_cell("".join(lines[node.lineno - 1:end])))
+    if not split:
+        cells = [_code_cell("".join(_src(c) for c in cells))]
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}
+
+
+def test_sanitize_takes_the_notebook_when_the_py_is_absent(tmp_path, rubric):
+    from grader.grading import sanitize
+
+    sub = tmp_path / "sub"
+    _write_nb(_notebook_from_py((paths.SOLUTIONS / "lab1_attention.py").read_text()),
+              sub / "nested" / "lab1_attention.ipynb")
+    (sub / "lab3_positional.py").write_text((paths.SOLUTIONS / "lab3_positional.py").read_text())
+    _write_nb(_notebook_from_py("x = 1\n"), sub / "lab3_positional.ipynb")   # the .py wins
+    clean = sanitize(sub, rubric, [LAB1, "lab2_multihead", "lab3_positional"])
+    assert "def scaled_dot_product_attention" in clean.files["lab1_attention.py"].decode()
+    assert clean.files["lab3_positional.py"] == (paths.SOLUTIONS / "lab3_positional.py").read_bytes()
+    assert clean.problems == {"lab2_multihead": "lab2_multihead.py was not found in the submission"}
+    assert any(n.startswith("nested/lab1_attention.ipynb: graded as one file") for n in clean.notes)
+    # one notebook file as the whole submission
+    one = sanitize(sub / "nested" / "lab1_attention.ipynb", rubric, [LAB1, "lab3_positional"])
+    assert "lab1_attention.py" in one.files and "lab3_positional" in one.problems
+
+
+def test_sanitize_reports_an_invalid_notebook_per_lab(rubric):
+    from grader.grading import sanitize
+
+    clean = sanitize(NB_FIXTURES / "broken_json", rubric, [LAB1])
+    assert clean.problems[LAB1] == ("lab1_attention.ipynb is not a valid notebook: Expecting ',' "
+                                    "delimiter at line 7, column 3 (it is not JSON; was it saved by "
+                                    "Jupyter?)")
+
+
+def test_grade_messy_notebook_full_marks_and_one_bug_partial(tmp_path, rubric, zygote):
+    from grader.grading import grade_submission
+
+    solution = (paths.SOLUTIONS / "lab1_attention.py").read_text()
+    nb = _notebook_from_py(solution)
+    # reorder, delete the import cell, add experiments, magics, a test cell and stale outputs
+    imports = nb["cells"].pop(0)
+    assert "import math" in _src(imports)
+    nb["cells"].reverse()
+    nb["cells"].insert(0, _code_cell("%load_ext autoreload\nimport torch\nq = torch.randn(2, 3, 4)\n"))
+    nb["cells"].append(_code_cell("out, w = scaled_dot_product_attention(q, q, q)\nout.shape\n"
+                                  "assert False, 'my own check'\n",
+                                  outputs=[{"output_type": "error", "ename": "AssertionError",
+                                            "evalue": "", "traceback": []}]))
+    nb["cells"].append(_code_cell(f"{TEST_CELL_MARKER}\nraise SystemExit\n"))
+    _write_nb(nb, tmp_path / "good" / "lab1_attention.ipynb")
+    result = grade_submission(tmp_path / "good", rubric=rubric, labs=[LAB1], zygote=zygote)
+    assert result.score == result.max_score == rubric.labs[LAB1].max_points, result.to_dict()
+
+    bug = (FIXTURES / "submissions" / "bug_causal_off_by_one" / "lab1_attention.py").read_text()
+    _write_nb(_notebook_from_py(bug), tmp_path / "bug" / "lab1_attention.ipynb")
+    (tmp_path / "bugpy").mkdir()
+    (tmp_path / "bugpy" / "lab1_attention.py").write_text(bug)
+    as_nb = grade_submission(tmp_path / "bug", rubric=rubric, labs=[LAB1], zygote=zygote)
+    as_py = grade_submission(tmp_path / "bugpy", rubric=rubric, labs=[LAB1], zygote=zygote)
+    assert 0 < as_nb.score < as_nb.max_score
+    assert [t.passed for t in as_nb.labs[0].tests] == [t.passed for t in as_py.labs[0].tests]
+
+
+def test_cli_grade_accepts_a_notebook_and_names_a_broken_one(tmp_path):
+    sub = tmp_path / "sub"
+    _write_nb(_notebook_from_py((paths.SOLUTIONS / "lab3_positional.py").read_text(), split=False),
+              sub / "lab3_positional.ipynb")
+    (sub / "lab1_attention.ipynb").write_text('{"cells": [', encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "grade", str(sub), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    labs = data["extra_data"]["labs"]
+    assert labs["lab3_positional"]["score"] == labs["lab3_positional"]["max_score"] > 0
+    assert labs[LAB1]["score"] == 0 and labs[LAB1]["status"] == "error"
+    assert "lab1_attention.ipynb is not a valid notebook" in data["output"]
+
+
+# ======================================================================================
+# Real nbgrader, end to end
+# ======================================================================================
+
+
+def _jupyter_env(root: Path) -> dict:
+    """A self-contained Jupyter: a 'python3' kernelspec for this interpreter in a temp dir."""
+    data = root / "jupyter" / "data"
+    spec = data / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (test)", "language": "python"}))
+    env = dict(os.environ)
+    env.update({
+        "JUPYTER_PATH": str(data), "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_CONFIG_DIR": str(root / "jupyter" / "config"),
+        "JUPYTER_RUNTIME_DIR": str(root / "jupyter" / "runtime"),
+        "IPYTHONDIR": str(root / "jupyter" / "ipython"), "JUPYTER_PLATFORM_DIRS": "1",
+        # nbgrader runs its database migrations with the `alembic` script of this environment
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+        "PYTHONWARNINGS": "ignore",
+    })
+    return env
+
+
+def _nbgrader(env: dict, course: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+GENERATE_ALL = """
+import sys
+from traitlets.config import Config
+from nbgrader.apps import NbGraderAPI
+config = Config()
+config.CourseDirectory.root = sys.argv[1]
+api = NbGraderAPI(config=config)
+for lab in sys.argv[2:]:
+    result = api.generate_assignment(lab)
+    if not result["success"]:
+        sys.exit(f"generate_assignment {lab} failed: {result['error']}\\n{result['log']}")
+"""
+
+
+def _fill(release: dict, py: str) -> dict:
+    """The released notebook with each solution cell replaced by the same-named definition of
+    *py*, as a student fills it in."""
+    tree = ast.parse(py)
+    defs = {n.name: ast.get_source_segment(py, n) for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    nb = copy.deepcopy(release)
+    for c in nb["cells"]:
+        gid = _meta(c).get("grade_id", "")
+        if _meta(c).get("solution") and gid.startswith("solution_"):
+            c["source"] = defs[gid[len("solution_"):]]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded_course(tmp_path_factory, rubric):
+    """A course whose lab1 was released and autograded for three students:
+    alice: the solution, in a messy notebook (reordered, import cell and a test cell deleted,
+           a solution cell retyped without metadata, experiments, magics, warnings on stderr,
+           including one written straight to fd 2 while the first test cell runs);
+    bob:   the released notebook, untouched;
+    carol: the released notebook filled in with one bug (causal_mask off by one)."""
+    if NBGRADER_MISSING:
+        pytest.skip(NBGRADER_MISSING)
+    root = tmp_path_factory.mktemp("nbgrader")
+    course = root / "course"
+    write_course(course)
+    env = _jupyter_env(root)
+    proc = subprocess.run([sys.executable, "-c", GENERATE_ALL, str(course), *rubric.labs],
+                          env=env, cwd=course, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    source = _nb(course / "source" / LAB1 / f"{LAB1}.ipynb")
+    release = _nb(course / "release" / LAB1 / f"{LAB1}.ipynb")
+
+    alice = copy.deepcopy(source)
+    cells = alice["cells"]
+    cells[:] = [c for c in cells if _meta(c).get("grade_id") not in
+                ("given_imports", "public_test_causal_mask_square")]
+    sdpa = next(i for i, c in enumerate(cells) if _meta(c).get("grade_id") == "solution_scaled_dot_product_attention")
+    mask = next(i for i, c in enumerate(cells) if _meta(c).get("grade_id") == "solution_causal_mask")
+    retyped = cells.pop(mask)
+    retyped["metadata"] = {}                                   # deleted and typed anew
+    retyped["source"] = _src(retyped).replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", "")
+    cells.insert(sdpa, retyped)                                # and moved above
+    sdpa_cell = cells[sdpa + 1]
+    sdpa_cell["source"] = _src(sdpa_cell).replace(
+        "    d_k = q.size(-1)\n",
+        "    d_k = q.size(-1)\n"
+        "    warnings.warn('a warning from student code', UserWarning)\n"
+        "    _copy = torch.tensor(q)  # PyTorch warns: copy construct from a tensor\n")
+    cells.insert(sdpa + 2, _code_cell(textwrap.dedent("""\
+        %precision 3
+        import math, os, sys, threading, warnings
+        import torch
+        !echo shell commands are fine
+        q = torch.randn(2, 4, 8)
+        out, w = scaled_dot_product_attention(q, q, q)
+        print(out.shape)
+        print("a line on stderr", file=sys.stderr)
+        # written to fd 2 (bypassing sys.stderr) while the first test cell runs
+        threading.Timer(1.0, lambda: os.write(2, b"UserWarning: a late warning\\n")).start()
+        assert out.sum() == 12345, "a failed check of my own"
+        """), outputs=[{"output_type": "stream", "name": "stderr", "text": "stale\n"}]))
+    students = {
+        "alice": alice,
+        "bob": release,
+        "carol": _fill(release, (FIXTURES / "submissions" / "bug_causal_off_by_one" / f"{LAB1}.py").read_text()),
+    }
+    for student, nb in students.items():
+        _write_nb(nb, course / "submitted" / student / LAB1 / f"{LAB1}.ipynb")
+    auto = _nbgrader(env, course, "autograde", LAB1, "--create")
+    _nbgrader(env, course, "generate_feedback", LAB1)
+    return {"course": course, "env": env, "autograde_log": auto.stdout + auto.stderr}
+
+
+@needs_nbgrader
+def test_released_notebooks_have_no_solutions_and_no_hidden_tests(graded_course, rubric):
+    course = graded_course["course"]
+    for lab, spec in rubric.labs.items():
+        text = (course / "release" / lab / f"{lab}.ipynb").read_text(encoding="utf-8")
+        nb = json.loads(text)
+        source = _nb(course / "source" / lab / f"{lab}.ipynb")
+        for name, t in spec.tests.items():
+            if t.visibility == "hidden":
+                assert name not in text and hidden_test_id(lab, name) not in text
+        assert "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text
+        assert "check(" in text                       # public tests are there
+        tests = [c for c in nb["cells"] if _meta(c).get("grade")]
+        assert sum(_meta(c)["points"] for c in tests) == pytest.approx(spec.max_points)
+        # solution code is gone, the TODO hints stay
+        solutions = [c for c in source["cells"] if _meta(c).get("solution")]
+        released = {_meta(c)["grade_id"]: _src(c) for c in nb["cells"] if _meta(c).get("solution")}
+        for c in solutions:
+            body = _src(c).split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+            stmt = next(ln.strip() for ln in body.splitlines() if len(ln.strip()) > 25 and not ln.strip().startswith("#"))
+            assert stmt not in released[_meta(c)["grade_id"]]
+            assert "raise NotImplementedError()" in released[_meta(c)["grade_id"]]
+            assert "# TODO(Lab " in released[_meta(c)["grade_id"]]
+
+
+@needs_nbgrader
+def test_autograde_full_untouched_and_one_bug(graded_course, rubric):
+    db = f"sqlite:///{graded_course['course'] / 'gradebook.db'}"
+    full = rubric.labs[LAB1].max_points
+    with Gradebook(db) as gb:
+        scores = {s: gb.find_submission(LAB1, s).score for s in ("alice", "bob", "carol")}
+        assert scores["alice"] == full, graded_course["autograde_log"][-4000:]
+        assert scores["bob"] == 0
+        assert 0 < scores["carol"] < full
+        assert gb.find_submission(LAB1, "alice").max_score == full
+    # the one-bug score is what `grader grade` gives the same code as a .py file
+    from grader.grading import grade_submission
+    result = grade_submission(FIXTURES / "submissions" / "bug_causal_off_by_one" / f"{LAB1}.py",
+                              rubric=rubric, labs=[LAB1])
+    assert scores["carol"] == result.score
+
+
+@needs_nbgrader
+def test_warnings_on_stderr_cost_nothing(graded_course):
+    nb = _nb(graded_course["course"] / "autograded" / "alice" / LAB1 / f"{LAB1}.ipynb")
+    scratch = next(c for c in nb["cells"] if "a line on stderr" in _src(c))
+    stderr = "".join("".join(o["text"]) for o in scratch["outputs"]
+                     if o["output_type"] == "stream" and o["name"] == "stderr")
+    assert "a line on stderr" in stderr          # stderr output happened (in a cell worth nothing)
+    for c in nb["cells"]:
+        if _meta(c).get("grade"):
+            kinds = [(o["output_type"], o.get("name")) for o in c["outputs"]]
+            assert ("stream", "stderr") not in kinds and ("error", None) not in kinds, (c["id"], c["outputs"])
+    restored = [c for c in nb["cells"] if _meta(c).get("grade_id") == "public_test_causal_mask_square"]
+    assert len(restored) == 1 and "passed" in "".join("".join(o.get("text", "")) for o in restored[0]["outputs"])
+
+
+@needs_nbgrader
+def test_ignore_pattern_drops_warnings_only(course):
+    """nbgrader's own IgnorePattern, configured by the generated nbgrader_config.py."""
+    from nbformat.v4 import new_code_cell, new_output
+    from nbgrader.preprocessors import IgnorePattern
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    pp = IgnorePattern(config=config)
+    assert pp.enabled
+    warning = ("/tmp/lab1_attention.py:12: UserWarning: To copy construct from a tensor, it is "
+               "recommended to use sourceTensor.clone().detach()\n  _copy = torch.tensor(q)\n")
+    cell = new_code_cell("check()", outputs=[
+        new_output("stream", name="stderr", text=warning),
+        new_output("stream", name="stderr", text="UserWarning: a late warning\n"),
+        new_output("stream", name="stdout", text="passed: test (2 points)\n"),
+    ])
+    cell, _ = pp.preprocess_cell(cell, {}, 0)
+    assert [o.name for o in cell.outputs] == ["stdout"]
+    cell = new_code_cell("check()", outputs=[
+        new_output("stream", name="stderr", text=warning + "Traceback (most recent call last): boom\n")])
+    cell, _ = pp.preprocess_cell(cell, {}, 0)
+    assert len(cell.outputs) == 1                # anything else on stderr still counts
+
+
+@needs_nbgrader
+def test_feedback_shows_no_hidden_tests_nor_expected_values(graded_course, rubric):
+    course = graded_course["course"]
+    html = (course / "feedback" / "carol" / LAB1 / f"{LAB1}.html").read_text(encoding="utf-8")
+    assert "FAILED" in html and "hidden test" in html
+    assert "HIDDEN TESTS" not in html and "hidden=" not in html
+    for name, t in rubric.labs[LAB1].tests.items():
+        if t.visibility == "hidden":
+            assert name not in html and hidden_test_id(LAB1, name) not in html
+    nb = _nb(course / "autograded" / "carol" / LAB1 / f"{LAB1}.ipynb")
+    for c in nb["cells"]:
+        if _meta(c).get("grade_id", "").startswith("hidden_"):
+            for o in c["outputs"]:
+                text = "\n".join(o.get("traceback", [])) + "".join(o.get("text", ""))
+                assert "expected" not in text.lower(), text
+
+
+@needs_nbgrader
+def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygote):
+    from grader.grading import grade_submission
+    from grader.nbgrader_bridge import export_results, load_result_files
+    from grader.results import write_gradescope
+
+    course = graded_course["course"]
+    # grade the submitted notebooks with the sandboxed grader, as `grader grade --out` does
+    out = tmp_path / "results"
+    for student in ("alice", "carol"):
+        result = grade_submission(course / "submitted" / student, rubric=rubric, zygote=zygote,
+                                  name=student)
+        write_gradescope(result, out / student / "results.json")
+    results = load_result_files([out])
+    assert [s for s, _ in results] == ["alice", "carol"]
+
+    # a fresh gradebook: assignments, notebooks, grade cells and submissions are created
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    report = export_results(fresh, results)
+    assert report.ok and report.exported == 2           # lab1 each; missing labs are skipped
+    with Gradebook(fresh) as gb:
+        for student, result in results:
+            lab = result.lab(LAB1)
+            sub = gb.find_submission(LAB1, student)
+            assert sub.score == lab.score and sub.max_score == lab.max_score
+            for t in lab.tests:
+                grade = gb.find_grade(grade_id_for(LAB1, t.name, t.visibility), LAB1, LAB1, student)
+                assert grade.auto_score == t.score and grade.max_score == t.max_score
+        with pytest.raises(Exception):
+            gb.find_submission("lab2_multihead", "alice")
+
+    # the course's own gradebook (made by generate_assignment and autograde): the same cells
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    with Gradebook(db) as gb:
+        before = {s: gb.find_submission(LAB1, s).score for s in ("alice", "carol")}
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "nbgrader-export", "--db", db,
+                           "--score", "manual", str(out)], capture_output=True, text=True,
+                          timeout=300, env=graded_course["env"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with Gradebook(db) as gb:
+        for student, result in results:
+            sub = gb.find_submission(LAB1, student)
+            assert sub.score == result.lab(LAB1).score == before[student]
+            cells = {c.name for c in gb.find_notebook(LAB1, LAB1).grade_cells}
+            assert cells == {grade_id_for(LAB1, n, t.visibility)
+                             for n, t in rubric.labs[LAB1].tests.items()}
+            grade = gb.find_grade(grade_id_for(LAB1, "test_causal_mask_square", "public"),
+                                  LAB1, LAB1, student)
+            assert grade.manual_score == (1.0 if student == "alice" else 0.0)
+            comment = gb.find_comment("solution_causal_mask", LAB1, LAB1, student)
+            assert comment.auto_comment.startswith("attention-labs grader:")
