@@ -113,7 +113,14 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
             out.notes.extend(got.notes)
             continue
         if path is None:
-            out.problems[lab] = f"{spec.file} was not found in the submission"
+            why = f"{spec.file} was not found in the submission"
+            with os.scandir(root) as scan:
+                entries = [] if only is not None else list(scan)
+            if only is None and not entries:
+                why += " (the submission folder is empty)"
+            elif any(e.is_symlink() for e in entries):
+                why += " (symbolic links in it are not followed)"
+            out.problems[lab] = why
             continue
         rel = path.relative_to(root)
         if path.is_symlink():
@@ -121,15 +128,17 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
             continue
         try:
             data = _read_regular(path)
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            out.problems[lab] = f"{rel} {reason}"
+        except ValueError as exc:
+            out.problems[lab] = f"{rel} {exc}"
+            continue
+        except OSError as exc:
+            out.problems[lab] = f"{rel} cannot be read ({exc.strerror or exc})"
             continue
         if b"\x00" in data:
             out.problems[lab] = f"{rel} is a binary file, not Python source"
             continue
         try:
-            data.decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = data[: exc.start].count(b"\n") + 1
             out.problems[lab] = (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
@@ -137,6 +146,12 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
             continue
         if not data.strip():
             out.problems[lab] = f"{rel} is empty"
+            continue
+        if text.lstrip("\ufeff \t\r\n").startswith("{") and '"cells"' in text[:200_000]:
+            # A notebook (JSON) saved under the .py name: importing it would only give a
+            # confusing NameError (JSON's true/false/null are not Python).
+            out.problems[lab] = (f"{rel} is a Jupyter notebook (JSON), not a Python file; "
+                                 f"submit it as {notebook} or export it as a .py script")
             continue
         if rel != Path(spec.file):
             out.notes.append(f"{spec.file} was found at {rel}")
@@ -216,7 +231,7 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                     case = f"[{first.case}] " if first.case and t.visibility == "public" else ""
                     msg = case + first.message
                     if len(cases) > 1:
-                        msg = f"{len(failed)} of {len(cases)} cases failed. " + msg
+                        msg += f" ({len(failed)} of {len(cases)} cases failed)"
             lab_result.tests.append(TestResult(
                 lab=lab, name=name, description=desc, visibility=t.visibility,
                 max_score=t.points, passed=passed, message=msg, duration_s=dur))

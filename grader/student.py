@@ -190,6 +190,8 @@ class StudentLab:
 
     def grad(self, target, *args, grad_outputs, seed: int = 0, **kwargs) -> GradResult:
         """Forward and backward in the worker; gradients of sum(output * grad_output)."""
+        if isinstance(grad_outputs, torch.Tensor):
+            grad_outputs = (grad_outputs,)  # one output: a bare tensor, not its rows
         req = {"op": "grad", "args": list(args), "kwargs": kwargs, "seed": seed,
                "grad_outputs": list(grad_outputs)}
         if isinstance(target, ModuleHandle):

@@ -550,8 +550,10 @@ def test_released_notebooks_have_no_solutions_and_no_hidden_tests(graded_course,
         source = _nb(course / "source" / lab / f"{lab}.ipynb")
         for name, t in spec.tests.items():
             if t.visibility == "hidden":
-                assert name not in text and hidden_test_id(lab, name) not in text
+                assert name not in text
+                assert f"hidden={hidden_test_id(lab, name)!r}" not in text
         assert "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text
+        assert "hidden=" not in text
         assert "check(" in text                       # public tests are there
         tests = [c for c in nb["cells"] if _meta(c).get("grade")]
         assert sum(_meta(c)["points"] for c in tests) == pytest.approx(spec.max_points)
@@ -631,7 +633,7 @@ def test_feedback_shows_no_hidden_tests_nor_expected_values(graded_course, rubri
     assert "HIDDEN TESTS" not in html and "hidden=" not in html
     for name, t in rubric.labs[LAB1].tests.items():
         if t.visibility == "hidden":
-            assert name not in html and hidden_test_id(LAB1, name) not in html
+            assert name not in html
     nb = _nb(course / "autograded" / "carol" / LAB1 / f"{LAB1}.ipynb")
     for c in nb["cells"]:
         if _meta(c).get("grade_id", "").startswith("hidden_"):

@@ -62,7 +62,8 @@ class LabLoader(importlib.abc.Loader):
         filename = module.__spec__.origin
         with open(filename, "rb") as fh:
             raw = fh.read()
-        source = raw.decode("utf-8")  # UnicodeDecodeError is reported like an import error
+        # UnicodeDecodeError is reported like an import error; a UTF-8 BOM is allowed.
+        source = raw.decode("utf-8-sig")
         problems = static_violations(source, filename, self.finder.forbidden)
         for problem in problems:
             forbidden._state["violations"].append(problem.rsplit("uses ", 1)[-1])

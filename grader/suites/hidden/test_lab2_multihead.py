@@ -175,3 +175,16 @@ def test_split_and_merge_keep_float64(student, tol, gen):
                  axes=("batch", "heads", "seq", "d_head"))
     merged = student.call("merge_heads", heads)
     assert_close(merged, x, tol=tol, name="merge_heads(split_heads(x, 2))", axes=("batch", "seq", "d_model"))
+
+
+def test_float64_module_keeps_dtype(student, tol, gen):
+    """A float64 MultiHeadAttention on float64 inputs returns float64 output and weights that match PyTorch."""
+    d_model, heads = 12, 3
+    sd = mha_weights(gen, d_model, dtype=torch.float64)
+    x = randn(gen, 2, 5, d_model, dtype=torch.float64)
+    mha = student.module("MultiHeadAttention", d_model, heads).to(torch.float64)
+    mha.load_state_dict(sd)
+    out, w = mha(x, x, x, mask=tril_mask(5))
+    exp_out, exp_w = mha_reference_outputs(sd, d_model, heads, x, x, x, tril_mask(5))
+    assert_close(w, exp_w, tol=tol, name="weights", axes=W_AXES)
+    assert_close(out, exp_out, tol=tol, name="output", axes=O_AXES)

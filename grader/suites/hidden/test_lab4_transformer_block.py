@@ -137,3 +137,15 @@ def test_block_post_norm_gradients_match_pytorch(student, tol, gen):
 def test_block_pre_norm_gradients_match_pytorch(student, tol, gen):
     """Pre-norm GELU block with an arbitrary mask: gradients w.r.t. x and every parameter match PyTorch."""
     _check_block_grads(student, tol, gen, norm_first=True, activation="gelu", mask=random_mask(gen, 5, 5))
+
+
+def test_float64_block_keeps_dtype(student, tol, gen):
+    """A float64 pre-norm TransformerBlock on float64 input returns float64 that matches PyTorch."""
+    d_model, heads, d_ff = 8, 2, 16
+    sd = {k: v.double() for k, v in block_weights(gen, d_model, d_ff).items()}
+    x = randn(gen, 2, 5, d_model, dtype=torch.float64)
+    block = student.module("TransformerBlock", d_model, heads, d_ff, norm_first=True)
+    block.to(torch.float64).load_state_dict(sd)
+    got = block(x, mask=tril_mask(5))
+    expected = block_reference_output(sd, d_model, heads, d_ff, x, tril_mask(5), norm_first=True)
+    assert_close(got, expected, tol=tol, name="output", axes=X_AXES)

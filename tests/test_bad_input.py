@@ -1,0 +1,186 @@
+"""Bad input gets a clear result, never a crash (and never a hang).
+
+Each case builds a submission from the reference solutions with one lab file replaced by
+something that is not a usable lab file, grades it, and checks that the lab is refused with
+a message naming the file and what is wrong, while the other labs keep full marks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import paths
+from grader.grading import SubmissionError, grade_submission
+
+LAB1, LAB2 = "lab1_attention", "lab2_multihead"
+
+
+def reference(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+        shutil.copyfile(f, dest / f.name)
+    # lab2 imports lab1: keep it independent so that it can show "the rest still grades"
+    standalone = Path(__file__).parent / "fixtures" / "submissions" / "ok_lab2_standalone"
+    shutil.copyfile(standalone / "lab2_multihead.py", dest / "lab2_multihead.py")
+    return dest
+
+
+def grade(sub: Path, rubric, zygote, labs=(LAB1, LAB2)):
+    return grade_submission(sub, rubric=rubric, zygote=zygote, labs=list(labs))
+
+
+def lab_of(result, name):
+    return next(lab for lab in result.labs if lab.name == name)
+
+
+def assert_refused(result, lab: str, status: str, *needles: str) -> None:
+    got = lab_of(result, lab)
+    assert got.status == status, (got.status, got.message)
+    assert got.score == 0 and all(not t.passed for t in got.tests)
+    for needle in needles:
+        assert needle in got.message, got.message
+    for t in got.tests:
+        assert t.message == got.message   # every test says why, in the same words
+
+
+def assert_others_full(result, *except_labs: str) -> None:
+    for lab in result.labs:
+        if lab.name not in except_labs:
+            failing = {t.name: t.message for t in lab.tests if not t.passed}
+            assert not failing, (lab.name, failing)
+
+
+# ------------------------------------------------------------------------------ whole submission
+
+def test_missing_submission_is_a_clear_error(rubric, zygote, tmp_path):
+    with pytest.raises(SubmissionError, match="no such file or folder"):
+        grade(tmp_path / "nothing-here", rubric, zygote)
+
+
+def test_missing_submission_through_the_cli_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "grade",
+                           str(tmp_path / "nothing-here"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_empty_submission_folder(rubric, zygote, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = grade(empty, rubric, zygote)
+    for lab in (LAB1, LAB2):
+        assert_refused(result, lab, "missing", "was not found", "folder is empty")
+    assert result.score == 0 and result.status == "ok"
+
+
+def test_submission_that_is_a_symlink_is_refused(rubric, zygote, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(paths.SOLUTIONS)
+    with pytest.raises(SubmissionError, match="symbolic link"):
+        grade(link, rubric, zygote)
+
+
+def test_submission_that_is_a_fifo_is_refused(rubric, zygote, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(SubmissionError, match="not a file or folder"):
+        grade(fifo, rubric, zygote)
+
+
+# ------------------------------------------------------------------------------ one bad lab file
+
+def _replace(sub: Path, lab: str, make) -> None:
+    target = sub / f"{lab}.py"
+    target.unlink()
+    make(target)
+
+
+CASES = {
+    "non_utf8": (lambda p: p.write_bytes(b"x = 1\n# caf\xe9\n"), "error",
+                 ["lab1_attention.py:2", "not UTF-8", "0xe9"]),
+    "binary": (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01\x00" + os.urandom(2000)), "error",
+               ["lab1_attention.py", "binary"]),
+    "empty": (lambda p: p.write_text(""), "error", ["lab1_attention.py is empty"]),
+    "whitespace": (lambda p: p.write_text("\n\n   \n"), "error", ["is empty"]),
+    "huge_sparse": (lambda p: os.truncate(p.open("wb").name, 100 << 20), "error",
+                    ["lab1_attention.py", "100.0 MiB", "limit"]),
+    "symlink_to_solutions": (lambda p: p.symlink_to(paths.SOLUTIONS / "lab1_attention.py"),
+                             "error", ["symbolic link"]),
+    "symlink_dangling": (lambda p: p.symlink_to("/nonexistent/lab1.py"), "error",
+                         ["symbolic link"]),
+    "fifo": (lambda p: os.mkfifo(p), "error", ["not a regular file"]),
+    "directory": (lambda p: p.mkdir(), "error", ["not a regular file"]),
+    "notebook_json": (lambda p: p.write_text(json.dumps(
+        {"cells": [{"cell_type": "code", "source": ["x = 1"]}], "metadata": {},
+         "nbformat": 4, "nbformat_minor": 5}, indent=1)), "error",
+        ["Jupyter notebook", "lab1_attention.ipynb"]),
+    "garbage_text": (lambda p: p.write_text("This is my essay about attention.\nIt is great!\n"),
+                     "import_error", ["could not be imported", "SyntaxError",
+                                      "lab1_attention.py:1"]),
+    "json_not_notebook": (lambda p: p.write_text('{"answer": true, "missing": null}\n'),
+                          "import_error", ["could not be imported"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_lab_file_is_reported_and_the_rest_still_grades(case, rubric, zygote, tmp_path):
+    make, status, needles = CASES[case]
+    sub = reference(tmp_path / "sub")
+    _replace(sub, LAB1, make)
+    result = grade(sub, rubric, zygote)
+    assert result.status == "ok"
+    assert_refused(result, LAB1, status, *needles)
+    assert_others_full(result, LAB1)
+
+
+def test_unreadable_file_says_so(rubric, zygote, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file; the sanitizer's own check is what is tested")
+    sub = reference(tmp_path / "sub")
+    (sub / "lab1_attention.py").chmod(0)
+    result = grade(sub, rubric, zygote)
+    assert_refused(result, LAB1, "error", "cannot be read")
+
+
+def test_utf8_bom_is_accepted(rubric, zygote, tmp_path):
+    sub = reference(tmp_path / "sub")
+    data = (sub / "lab1_attention.py").read_bytes()
+    (sub / "lab1_attention.py").write_bytes(b"\xef\xbb\xbf" + data)
+    result = grade(sub, rubric, zygote, labs=(LAB1,))
+    assert_others_full(result)
+
+
+def test_symlinked_folder_is_not_followed(rubric, zygote, tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "work").symlink_to(paths.SOLUTIONS, target_is_directory=True)
+    result = grade(sub, rubric, zygote)
+    assert_refused(result, LAB1, "missing", "not found", "symbolic links")
+
+
+def test_only_lab_files_are_taken(rubric, zygote, tmp_path):
+    """conftest.py, sitecustomize.py, .pth files and the like are never used."""
+    sub = reference(tmp_path / "sub")
+    canary = tmp_path / "canary"
+    for name in ("conftest.py", "sitecustomize.py", "usercustomize.py", "evil.pth",
+                 "numpy.py", "torch.py", "pytest.py"):
+        (sub / name).write_text(f"open({str(canary)!r}, 'w').write('imported')\n")
+    result = grade(sub, rubric, zygote)
+    assert_others_full(result)
+    assert not canary.exists()
+
+
+def test_nested_lab_files_are_found_with_a_note(rubric, zygote, tmp_path):
+    sub = tmp_path / "sub"
+    reference(sub / "my_work" / "labs")
+    result = grade(sub, rubric, zygote)
+    assert_others_full(result)
+    assert any("was found at my_work/labs/lab1_attention.py" in n for n in result.notes)
