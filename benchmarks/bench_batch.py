@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch": {"total_s": batch_s, "per_submission_s": batch_s / args.students,
                   "per_submission_per_core_s": batch_s * jobs / args.students,
                   "engine_mean_s": statistics.fmean(engine),
+                  "cpu_per_submission_s": summary.cpu_seconds / max(1, summary.graded),
                   "not_ok": summary.not_ok, "internal_errors": summary.internal_errors,
                   "main_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
     }
@@ -295,9 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:42s} {each:13.2f} s {duration(total):>10s} {ratio:8.1f}x  {how}")
     if not isinstance(nb, dict):
         print(f"nbgrader: {nb}")
-    print(f"\nbatch: {figures['batch']['per_submission_per_core_s']:.2f} s per submission per "
-          f"core; grade_submission itself {figures['batch']['engine_mean_s']:.2f} s mean "
-          f"(tests' compute included)")
+    b = figures["batch"]
+    print(f"\nbatch: {b['per_submission_per_core_s']:.2f} s of wall time per submission per "
+          f"core; grade_submission {b['engine_mean_s']:.2f} s mean wall; "
+          f"{b['cpu_per_submission_s']:.2f} CPU-s per submission (grading process + sandbox, "
+          f"tests' compute included; on {jobs} idle cores: "
+          f"{duration(b['cpu_per_submission_s'] * n / jobs)} for {n})")
     if pp["score_mismatches"]:
         print("WARNING: pytest baseline and batch disagree: " + "; ".join(pp["score_mismatches"]))
     else:

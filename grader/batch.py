@@ -31,6 +31,7 @@ import json
 import multiprocessing
 import os
 import re
+import resource
 import signal
 import stat
 import sys
@@ -269,6 +270,19 @@ def write_student(out: Path, student: str, result, fingerprint: dict | None) -> 
         atomic_write_text(folder / "fingerprint.json", json.dumps(fingerprint, indent=2) + "\n")
 
 
+def cpu_seconds(zygote) -> float:
+    """CPU time of this process, plus its zygote's and the workers the zygote has reaped."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    total = usage.ru_utime + usage.ru_stime
+    pid = getattr(zygote, "pid", None) or getattr(getattr(zygote, "_proc", None), "pid", None)
+    with contextlib.suppress(OSError, ValueError, IndexError, TypeError):
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        # utime, stime, cutime, cstime (fields 14-17 of proc(5)), in clock ticks
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _zygote_alive(zygote) -> bool:
     # The Zygote has no public liveness check; its process handle is enough here.
     proc = getattr(zygote, "_proc", None)
@@ -280,7 +294,7 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
     from grader.grading import SubmissionError, grade_submission
     from grader.sandbox import SandboxError
 
-    student, started = task["student"], time.monotonic()
+    student, started, cpu = task["student"], time.monotonic(), cpu_seconds(zygote)
     fingerprint = task["fingerprint"]
     restart = False
     try:
@@ -303,7 +317,8 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
         restart = isinstance(exc, SandboxError) or not _zygote_alive(zygote)
     write_student(out, student, result, fingerprint)
     return {"student": student, "status": result.status, "total": result.score,
-            "seconds": time.monotonic() - started, "restart_zygote": restart}
+            "seconds": time.monotonic() - started, "cpu_s": cpu_seconds(zygote) - cpu,
+            "restart_zygote": restart}
 
 
 def _die_with_parent() -> None:
@@ -553,7 +568,8 @@ class BatchSummary:
     not_ok: int                  # rows whose status is not "ok"
     internal_errors: int         # of those, the grader's fault (tried again on the next run)
     jobs: int
-    seconds: float
+    seconds: float               # wall-clock, this run
+    cpu_seconds: float           # grading processes, zygotes and workers, this run
     max_total: float
     mean: float | None
     median: float | None
@@ -610,17 +626,18 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
             tasks.append({"student": entry.student, "path": str(entry.path),
                           "kind": entry.kind, "fingerprint": fingerprint})
 
-    jobs = max(1, min(jobs, len(tasks)))
+    jobs = min(jobs, len(tasks))          # 0 when nothing needs a grading process
     if progress:
         print(f"{len(entries)} students in {root}: {up_to_date} up to date, "
               f"{len(tasks) + len(instant)} to grade"
-              + (f" with {jobs} process(es)" if tasks else ""), flush=True)
+              + (f" with {jobs} process(es)" if jobs else ""), flush=True)
     report = Progress(total=len(tasks) + len(instant), enabled=progress)
-    internal_errors = 0
+    internal_errors, cpu = 0, 0.0
 
     def done(reply: dict) -> None:
-        nonlocal internal_errors
+        nonlocal internal_errors, cpu
         internal_errors += str(reply["status"]).startswith(INTERNAL_ERROR)
+        cpu += reply.get("cpu_s", 0.0)
         report.advance(reply)
 
     try:
@@ -647,7 +664,8 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     return BatchSummary(
         root=str(root), out=str(out), students=book.rows, graded=report.done,
         up_to_date=up_to_date, not_ok=book.failed, internal_errors=internal_errors,
-        jobs=jobs if tasks else 0, seconds=round(time.monotonic() - started, 3),
+        jobs=jobs, seconds=round(time.monotonic() - started, 3),
+        cpu_seconds=round(cpu, 3),
         max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],
         min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})
 

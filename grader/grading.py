@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import stat
@@ -159,6 +160,16 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
     return out
 
 
+def required_names(filename: str) -> list[str]:
+    """The public top-level functions and classes of the reference solution (the contract)."""
+    path = paths.SOLUTIONS / filename
+    if not path.is_file():
+        return []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
+
+
 def _suite_files(lab: str, visibility: tuple[str, ...]) -> list[str]:
     return [str(f) for v in visibility
             if (f := paths.SUITES / v / f"test_{lab}.py").is_file()]
@@ -268,7 +279,7 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
             if lab in problems:
                 continue
             session.start_test(rubric.labs[lab].time_limit_s)
-            error = session.probe(lab)
+            error = session.probe(lab, names=required_names(rubric.labs[lab].file))
             if error is not None:
                 problems[lab] = ("import_error", error.describe(hidden=False))
             else:

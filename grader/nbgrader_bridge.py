@@ -19,7 +19,11 @@ nbgrader is an optional dependency (``pip install 'attention-labs[notebooks]'``)
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,15 +154,35 @@ def _ensure_grade(gb, api, cell_name: str, lab: str, student: str):
         pass
     submission = gb.find_submission(lab, student)
     notebook = gb.find_notebook(lab, lab)
-    sub_nb = next((n for n in submission.notebooks if n.notebook_id == notebook.id), None)
-    if sub_nb is None:
-        sub_nb = api.SubmittedNotebook(notebook=notebook, assignment=submission)
-        gb.db.add(sub_nb)
     cell = gb.find_grade_cell(cell_name, lab, lab)
-    grade = api.Grade(cell_id=cell.id, notebook=sub_nb)
-    gb.db.add(grade)
+    with gb.db.no_autoflush:
+        sub_nb = next((n for n in submission.notebooks if n.notebook_id == notebook.id), None)
+        if sub_nb is None:
+            sub_nb = api.SubmittedNotebook(notebook=notebook, assignment=submission)
+            gb.db.add(sub_nb)
+        grade = api.Grade(cell_id=cell.id, notebook=sub_nb)
+        gb.db.add(grade)
     gb.db.commit()
     return grade
+
+
+@contextlib.contextmanager
+def _alembic_on_path():
+    """nbgrader creates and migrates a gradebook by running the ``alembic`` script, found on
+    PATH; a grader started as ``.venv/bin/grader`` may not have its environment's bin there."""
+    here = os.path.dirname(sys.executable)
+    if shutil.which("alembic") or not os.path.exists(os.path.join(here, "alembic")):
+        yield
+        return
+    old = os.environ.get("PATH")
+    os.environ["PATH"] = here + os.pathsep + (old or "")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = old
 
 
 def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
@@ -173,7 +197,7 @@ def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
     if score not in ("auto", "manual"):
         raise ExportError(f"score must be 'auto' or 'manual', not {score!r}")
     report = ExportReport()
-    with api.Gradebook(db_url, course_id=course_id) as gb:
+    with _alembic_on_path(), api.Gradebook(db_url, course_id=course_id) as gb:
         for student, result in results:
             gb.update_or_create_student(student)
             for lab in result.labs:
@@ -205,7 +229,8 @@ def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
                 try:
                     gb.find_submission(lab.name, student)
                 except api.MissingEntry:
-                    gb.add_submission(lab.name, student)
+                    with gb.db.no_autoflush:      # nbgrader builds the rows before adding them
+                        gb.add_submission(lab.name, student)
                 for t in lab.tests:
                     cell_name = grade_id_for(lab.name, t.name, t.visibility)
                     grade = _ensure_grade(gb, api, cell_name, lab.name, student)

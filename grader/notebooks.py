@@ -191,15 +191,11 @@ def _kernel_grade(request: dict) -> dict:
     reply["notes"] = got.notes
     with tempfile.TemporaryDirectory(prefix="grader-nb-") as tmp:
         Path(tmp, spec.file).write_text(got.source, encoding="utf-8")
-        dep_labs = []
         for file, text in (request.get("deps") or {}).items():
             other = rubric.lab_for_file(str(file))
-            if other is not None and other.name != lab:
+            if other is not None and other.name != lab:     # reaches the sandbox, not graded
                 Path(tmp, other.file).write_text(str(text), encoding="utf-8")
-                dep_labs.append(other.name)
-        # The dependencies are graded too only so that their files reach the sandbox.
-        result = grade_submission(tmp, rubric=rubric, labs=[lab, *dep_labs],
-                                  visibility=visibility, name=lab)
+        result = grade_submission(tmp, rubric=rubric, labs=[lab], visibility=visibility, name=lab)
     for t in result.lab(lab).tests:
         record(t.name, t.visibility, t.max_score, t.passed, t.message)
     return reply

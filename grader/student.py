@@ -135,12 +135,17 @@ class Session:
                     "work that grows too fast with the input size?)",
         )
 
-    def probe(self, lab: str) -> StudentError | None:
-        """Import the lab in a worker; the import error, if any."""
+    def probe(self, lab: str, *, names: list[str] = (), file: str = "") -> StudentError | None:
+        """Import the lab in a worker; why it cannot be graded (import error, missing names)."""
         try:
-            self.request(lab, {"op": "probe"})
+            missing = self.request(lab, {"op": "probe", "names": list(names)})
         except StudentError as exc:
             return exc
+        if isinstance(missing, list) and missing:
+            return StudentError(
+                kind="import", lab=lab, type_name="NameError",
+                message=f"{', '.join(map(str, missing))} not defined; the lab contract requires "
+                        f"{', '.join(names)} (a renamed or deleted definition?)")
         return None
 
     def close(self) -> None:

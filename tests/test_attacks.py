@@ -16,7 +16,8 @@ secret_env: true                  # optional: GRADER_SECRET is set in the grader
 ```
 
 The submission is the reference solutions, then the ``base`` overlay, then the attack's
-files, with placeholders filled in (``__ATK_OUT__`` the output folder, ``__ATK_PORT__`` a
+files (``name.in`` is laid down as ``name``: a ``conftest.py`` stored as such would be
+loaded by pytest when it collects this tree), with placeholders filled in (``__ATK_OUT__`` the output folder, ``__ATK_PORT__`` a
 TCP port this test listens on, ...). ``__ATK_REAL_LAB1__`` expands to a correct Lab 1 whose
 public functions answer correctly only when the attack's ``_attack()`` returns True, so an
 attack that worked shows up as points.
@@ -259,7 +260,8 @@ def lay_out(name: str, env: Env, dest: Path | None = None) -> Path:
     for f in sorted((ATTACKS / name).iterdir()):
         if f.name == "expect.yaml" or not f.is_file():
             continue
-        (dest / f.name).write_text(fill(f.read_text(), env))
+        # conftest.py & co. are stored as *.in: pytest must not load them from this tree
+        (dest / f.name.removesuffix(".in")).write_text(fill(f.read_text(), env))
     for p in [dest, *dest.iterdir()]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     return dest

@@ -8,6 +8,7 @@ nothing is reported as a grader error.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -143,6 +144,6 @@ def test_hidden_failures_show_no_values(rubric, zygote, tmp_path):
                      if t.visibility == "public" and not t.passed]
     assert hidden_failed and public_failed
     for t in hidden_failed:
-        assert "expected" not in t.message and "got" not in t.message, t.message
-        assert "worst at" not in t.message
+        # Counts may appear ("3 of 40 elements"); values and positions may not.
+        assert not re.search(r"worst at|index \(|expected -?\d|got -?\d|error \d", t.message), t.message
     assert any("worst at" in t.message for t in public_failed)

@@ -28,7 +28,6 @@ from grader.notebook_source import (
     extract_lab_source,
     given_imports,
     hidden_test_id,
-    lab_source_from_notebook,
     parse_notebook,
     grade_id_for,
 )
@@ -418,6 +417,37 @@ def test_cli_grade_accepts_a_notebook_and_names_a_broken_one(tmp_path):
     assert "lab1_attention.ipynb is not a valid notebook" in data["output"]
 
 
+def test_kernel_side_grader_handles_history_and_lab_dependencies(course, rubric):
+    """What a test cell hands to `python -m grader.notebooks --kernel-grade`: the kernel's
+    history (here: lab2's notebook code run top to bottom, test cells included, one cell run
+    twice) and the lab modules the kernel imported (lab1_attention.py)."""
+    from grader.notebooks import _run_grader
+
+    lab2 = "lab2_multihead"
+    nb = _nb(course / "source" / lab2 / f"{lab2}.ipynb")
+    history = [_src(c) for c in nb["cells"] if c["cell_type"] == "code"]
+    history.insert(2, history[1])
+    request = {"lab": lab2,
+               "cells": [{"label": f"In[{i}]", "source": s} for i, s in enumerate(history, 1)],
+               "deps": {"lab1_attention.py": (paths.SOLUTIONS / "lab1_attention.py").read_text()}}
+    reply = _run_grader(request)
+    spec = rubric.labs[lab2]
+    assert set(reply["public"]) == {n for n, t in spec.tests.items() if t.visibility == "public"}
+    assert set(reply["hidden"]) == {hidden_test_id(lab2, n) for n, t in spec.tests.items()
+                                    if t.visibility == "hidden"}
+    failed = {k: v["message"] for kind in ("public", "hidden") for k, v in reply[kind].items()
+              if not v["passed"]}
+    assert not failed, failed
+
+
+def test_check_outside_a_kernel_says_so(capsys):
+    from grader.notebooks import GraderUnavailable, check
+
+    with pytest.raises(GraderUnavailable, match="call it from a notebook"):
+        check(LAB1, "test_matches_pytorch_3d")
+    assert capsys.readouterr().err == ""
+
+
 # ======================================================================================
 # Real nbgrader, end to end
 # ======================================================================================
@@ -643,7 +673,7 @@ def test_feedback_shows_no_hidden_tests_nor_expected_values(graded_course, rubri
 
 
 @needs_nbgrader
-def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygote):
+def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygote, monkeypatch):
     from grader.grading import grade_submission
     from grader.nbgrader_bridge import export_results, load_result_files
     from grader.results import write_gradescope
@@ -660,7 +690,9 @@ def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygo
 
     # a fresh gradebook: assignments, notebooks, grade cells and submissions are created
     fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
-    report = export_results(fresh, results)
+    monkeypatch.setenv("PATH", os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p != os.path.dirname(sys.executable)))
+    report = export_results(fresh, results)          # finds nbgrader's alembic by itself
     assert report.ok and report.exported == 2           # lab1 each; missing labs are skipped
     with Gradebook(fresh) as gb:
         for student, result in results:

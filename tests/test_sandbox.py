@@ -553,3 +553,27 @@ def test_no_worker_or_keeper_outlives_the_zygote_users(zyg, scratch):
     for pid, keeper in pids:
         assert _gone(pid) and _gone(keeper)
     assert not children_of(zyg.pid) or all(_gone(p, 2) for p in children_of(zyg.pid))
+
+
+def test_processes_a_test_leaves_behind_end_with_that_test(zyg, scratch):
+    """The grading session replaces a worker that still has children when the next test
+    starts; a worker that started nothing is reused (no spawn cost)."""
+    from grader.student import Session, StudentLab
+
+    session = Session(zygote=zyg, submission_dir=scratch, forbidden={})
+    lab = StudentLab(session, LAB)
+    try:
+        session.start_test(30)
+        lab.call("ids")
+        clean = session.workers[LAB]
+        session.start_test(30)
+        assert session.workers[LAB] is clean and clean.alive
+        lab.call("daemon")
+        assert _processes_named("atkdaemon")
+        session.start_test(30)      # the next test begins
+        assert not clean.alive
+        assert _wait_none_named("atkdaemon") == []
+        lab.call("ids")
+        assert session.workers[LAB] is not clean
+    finally:
+        session.close()

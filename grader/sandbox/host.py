@@ -106,6 +106,7 @@ class Worker:
     lifeline: int | None = None
     keeper: int | None = None
     alive: bool = True
+    _last_pid: int = 0          # the newest pid seen at the last check (wrap detection)
 
     def request(self, req: dict, *, timeout_s: float):
         """Send one request and wait for its reply, at most ``timeout_s`` seconds."""
@@ -132,7 +133,12 @@ class Worker:
         """
         if not self.alive:
             return False
-        return bool(children_of(self.pid))
+        # Pids grow until they wrap at pid_max, so a child of the worker has a larger pid
+        # than the worker unless the counter wrapped since: then every process is looked at.
+        last = _last_pid()
+        wrapped = last is None or last < max(self._last_pid, self.pid)
+        self._last_pid = last or 0
+        return bool(children_of(self.pid, above=None if wrapped else self.pid))
 
     def kill(self) -> None:
         """End the worker and everything it started (its PID namespace, or its session)."""
@@ -154,12 +160,20 @@ class Worker:
             self.lifeline = None
 
 
-def children_of(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (a scan of /proc; a few milliseconds)."""
+def _last_pid() -> int | None:
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+def children_of(pid: int, above: int | None = None) -> list[int]:
+    """Pids whose parent is ``pid`` (a scan of /proc), looking only at pids > ``above``."""
     found = []
     needle = str(pid).encode()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or (above is not None and int(entry) <= above):
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:

@@ -49,6 +49,8 @@ PRELOAD = [
     "numpy", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.autograd",
     "torch.linalg", "torch.fft", "torch.testing", "torch.utils.checkpoint",
     "importlib.util", "importlib.abc", "ast", "traceback", "io", "gc", "ctypes",
+    "encodings.utf_8_sig", "encodings.latin_1", "encodings.ascii", "unittest", "threading",
+    "signal", "socket", "tempfile", "shutil", "glob", "pathlib", "atexit", "weakref",
 ]
 for _name in PRELOAD:
     try:
@@ -98,6 +100,12 @@ def spawn(config: dict, channel_fd: int, mode: str, bindings) -> tuple[dict, int
 def _keeper(config, channel_fd, mode, bindings, status_w, life_r):
     """The worker's trusted parent: namespaces in, worker out, then wait for the lifeline."""
     os.setsid()  # out of the zygote's process group: the grader never signals us by group
+    # Hold nothing of the zygote's (its control socket to the grader above all).
+    low = 3
+    for fd in sorted({channel_fd, status_w, life_r}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
     private_tmp = None
     if mode == "plain":
         private_tmp = tempfile.mkdtemp(prefix="grader-work-")
