@@ -175,17 +175,15 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
         return "not measured (--nbgrader-sample 0)"
     rubric = load_rubric(paths.RUBRIC)
     course = work / "course"
-    write_course(course)
+    write_course(course, include_dependencies=True)   # lab2's lab1_attention.py, as a student has
     env = jupyter_env(work)
     proc = subprocess.run([sys.executable, "-c", GENERATE_ALL, str(course), *rubric.labs],
                           cwd=course, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         return f"not measured (generate_assignment failed: {proc.stderr.strip()[-300:]})"
-    for i in range(n_students):      # correct submissions: the source notebooks
+    for i in range(n_students):      # correct submissions: the source notebooks (+ imports)
         for lab in rubric.labs:
-            dest = course / "submitted" / f"nb{i:03d}" / lab / f"{lab}.ipynb"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(course / "source" / lab / f"{lab}.ipynb", dest)
+            shutil.copytree(course / "source" / lab, course / "submitted" / f"nb{i:03d}" / lab)
     started = time.perf_counter()
     for lab in rubric.labs:          # one autograde per assignment, all students (serial)
         proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", lab, "--create"],
@@ -193,8 +191,12 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
         if proc.returncode != 0:
             return f"not measured (autograde {lab} failed: {proc.stderr.strip()[-300:]})"
     seconds = time.perf_counter() - started
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        scores = [sum(gradebook.find_submission(lab, f"nb{i:03d}").score for lab in rubric.labs)
+                  for i in range(n_students)]
     return {"per_submission_s": seconds / n_students, "samples": n_students,
-            "labs": len(rubric.labs)}
+            "labs": len(rubric.labs), "scores": scores, "max_score": rubric.max_points}
 
 
 # ------------------------------------------------------------------------- report
@@ -252,10 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                   "engine_mean_s": statistics.fmean(engine),
                   "cpu_per_submission_s": summary.cpu_seconds / max(1, summary.graded),
                   "not_ok": summary.not_ok, "internal_errors": summary.internal_errors,
-                  "main_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
+                  "main_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "grading_process_max_rss_mb": summary.max_rss_mb},
     }
-    print(f"\nbatch done in {duration(batch_s)}; main process peak RSS "
-          f"{figures['batch']['main_max_rss_mb']:.0f} MB\n", flush=True)
+    print(f"\nbatch done in {duration(batch_s)}; peak resident memory: main process "
+          f"{figures['batch']['main_max_rss_mb']:.0f} MB, grading process "
+          f"{summary.max_rss_mb:.0f} MB\n", flush=True)
 
     folders = [s for s in students if not s["zip"]]
     step = max(1, len(folders) // max(1, args.baseline_sample))
@@ -285,10 +289,11 @@ def main(argv: list[str] | None = None) -> int:
                  pp["per_submission_s"] / jobs / per))
     nb = figures["nbgrader"]
     if isinstance(nb, dict):
+        scores = ", ".join(f"{s:g}" for s in nb["scores"])
         rows.append((f"nbgrader autograde ({nb['labs']} notebooks), serial",
                      nb["per_submission_s"], nb["per_submission_s"] * n,
-                     f"{nb['samples']} measured, x{n} extrapolated",
-                     nb["per_submission_s"] / per))
+                     f"{nb['samples']} correct measured (scored {scores} of "
+                     f"{nb['max_score']:g}), x{n} extrapolated", nb["per_submission_s"] / per))
 
     print(f"\n{n} students x {len(rubric.labs)} labs on {os.cpu_count()} CPUs")
     print(f"{'method':42s} {'per submission':>15s} {'total':>10s} {'vs batch':>9s}  how")

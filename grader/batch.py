@@ -11,10 +11,11 @@ How it runs:
   gets its zero result right away, without starting torch.
 - The rest go, one student at a time, to N grading processes. They come from a
   'forkserver' that has imported torch and the engine (never a fork of a process that ran
-  torch ops), so torch is imported once per pool, and each keeps its own sandbox zygote
-  (``Zygote(slot=i)``, so concurrent workers get distinct uids). It grades with ``grade_submission``, the engine of ``grader grade``, and
-  writes ``results.json`` and then ``fingerprint.json``, both atomically, before it reports
-  back a one-line status. Results are never collected in memory.
+  torch ops), so torch is imported once per batch, and each keeps its own sandbox zygote
+  (``Zygote(slot=i)``, so concurrent workers get distinct uids). It grades with
+  ``grade_submission``, the engine of ``grader grade``, and writes ``results.json`` and then
+  ``fingerprint.json``, both atomically, before it reports back a one-line status. Results
+  are never collected in memory.
 - A grading process that dies or overruns the student's time budget is killed and
   replaced; that student's status says what happened, and nobody else is affected.
 - At the end the gradebook (grades.csv, summary.json, plots) is rebuilt from every
@@ -283,6 +284,16 @@ def cpu_seconds(zygote) -> float:
     return total
 
 
+def resident_mb() -> float:
+    """This process's resident memory now (VmRSS), in MiB."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _zygote_alive(zygote) -> bool:
     # The Zygote has no public liveness check; its process handle is enough here.
     proc = getattr(zygote, "_proc", None)
@@ -301,7 +312,8 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
         with contextlib.ExitStack() as stack:
             folder = Path(task["path"])
             if task["kind"] == "zip":
-                folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="grader-zip-")))
+                private = tempfile.TemporaryDirectory(prefix="grader-zip-")   # mode 0700
+                folder = Path(stack.enter_context(private))
                 unpack_zip(Path(task["path"]), folder)
             result = grade_submission(folder, rubric=rubric, zygote=zygote, name=student)
         if not _zygote_alive(zygote):
@@ -318,7 +330,7 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
     write_student(out, student, result, fingerprint)
     return {"student": student, "status": result.status, "total": result.score,
             "seconds": time.monotonic() - started, "cpu_s": cpu_seconds(zygote) - cpu,
-            "restart_zygote": restart}
+            "rss_mb": resident_mb(), "restart_zygote": restart}
 
 
 def _die_with_parent() -> None:
@@ -570,6 +582,7 @@ class BatchSummary:
     jobs: int
     seconds: float               # wall-clock, this run
     cpu_seconds: float           # grading processes, zygotes and workers, this run
+    max_rss_mb: float            # the largest resident size of a grading process
     max_total: float
     mean: float | None
     median: float | None
@@ -632,12 +645,13 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
               f"{len(tasks) + len(instant)} to grade"
               + (f" with {jobs} process(es)" if jobs else ""), flush=True)
     report = Progress(total=len(tasks) + len(instant), enabled=progress)
-    internal_errors, cpu = 0, 0.0
+    internal_errors, cpu, rss = 0, 0.0, 0.0
 
     def done(reply: dict) -> None:
-        nonlocal internal_errors, cpu
+        nonlocal internal_errors, cpu, rss
         internal_errors += str(reply["status"]).startswith(INTERNAL_ERROR)
         cpu += reply.get("cpu_s", 0.0)
+        rss = max(rss, reply.get("rss_mb", 0.0))
         report.advance(reply)
 
     try:
@@ -665,7 +679,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         root=str(root), out=str(out), students=book.rows, graded=report.done,
         up_to_date=up_to_date, not_ok=book.failed, internal_errors=internal_errors,
         jobs=jobs, seconds=round(time.monotonic() - started, 3),
-        cpu_seconds=round(cpu, 3),
+        cpu_seconds=round(cpu, 3), max_rss_mb=round(rss, 1),
         max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],
         min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})
 

@@ -48,8 +48,11 @@ def cmd_grade(args) -> int:
     if args.format == "junit":
         from grader.reports import junit_xml
         atomic_write_text(out / "results.xml", junit_xml(result))
+    if args.html:
+        from grader.feedback import write_feedback_html
+        write_feedback_html(result, out / "feedback.html")
     render_table(result, show_passed=not args.failures_only)
-    print(f"Wrote {out / 'results.json'}")
+    print(f"Wrote {out / 'results.json'}" + (f" and {out / 'feedback.html'}" if args.html else ""))
     return 0
 
 
@@ -91,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["gradescope", "junit"], default="gradescope",
                    help="junit also writes results.xml")
     p.add_argument("--failures-only", action="store_true", help="list only failing tests")
+    p.add_argument("--html", action="store_true",
+                   help="also write feedback.html (results, named mistakes, pictures)")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("validate", help="instructors: check solutions, stubs, rubric and suites agree")

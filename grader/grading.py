@@ -243,9 +243,14 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                     msg = case + first.message
                     if len(cases) > 1:
                         msg += f" ({len(failed)} of {len(cases)} cases failed)"
+            # The first failed case's named mistake and pictures (none for hidden tests).
+            diagnosis = next((c.diagnosis for c in cases if not c.passed and c.diagnosis), "")
+            artifacts = [] if t.visibility != "public" else next(
+                (c.artifacts for c in cases if not c.passed and c.artifacts), [])
             lab_result.tests.append(TestResult(
                 lab=lab, name=name, description=desc, visibility=t.visibility,
-                max_score=t.points, passed=passed, message=msg, duration_s=dur))
+                max_score=t.points, passed=passed, message=msg, duration_s=dur,
+                diagnosis="" if passed else diagnosis, artifacts=[] if passed else artifacts))
         result.labs.append(lab_result)
     return result
 

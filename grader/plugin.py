@@ -10,7 +10,7 @@ message fit for the test's visibility.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,8 @@ class Outcome:
     message: str
     duration_s: float
     description: str
+    diagnosis: str = ""  # a named mistake (grader.diagnose), failed tests only
+    artifacts: list = field(default_factory=list, repr=False)  # pictures' arrays; public only
 
 
 def lab_of(item) -> str:
@@ -103,11 +105,13 @@ class GradingPlugin:
             hidden = visibility_of(item) == "hidden"
             description = (item.function.__doc__ or "").strip().splitlines()[0:1]
             description = description[0] if description else ""
-            message = ""
+            message, diagnosis, artifacts = "", "", []
             if report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
                                            description=description,
                                            stdout=self.session.last_stdout)
+                if report.when == "call":
+                    diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
             elif report.skipped:
                 message = "the test was skipped, which counts as failed"
             callspec = getattr(item, "callspec", None)
@@ -115,4 +119,15 @@ class GradingPlugin:
                 lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",
                 visibility=visibility_of(item), passed=report.passed and report.when == "call",
                 message=message, duration_s=report.duration, description=description,
+                diagnosis=diagnosis, artifacts=artifacts,
             ))
+
+    def _diagnose(self, item, exc: BaseException, hidden: bool) -> tuple[str, list]:
+        """The named mistake (and, for public tests, pictures) of a failed test; never raises."""
+        try:
+            from grader.diagnose import examine
+            return examine(lab=lab_of(item), test=item.originalname, exc=exc,
+                           calls=list(self.session.calls), tol=self._rubric_test(item).tolerance,
+                           hidden=hidden)
+        except Exception:  # noqa: BLE001 - feedback must never break grading
+            return "", []

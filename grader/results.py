@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 # How a rubric visibility maps to Gradescope's: hidden tests appear after grades are published.
@@ -27,6 +27,9 @@ class TestResult:
     message: str = ""            # already filtered for the test's visibility
     duration_s: float = 0.0
     diagnosis: str = ""          # a named mistake, when one was recognised
+    # Arrays for the HTML feedback's pictures (public tests only). Kept in the grading
+    # process and never serialised: to_dict and every output built on it leave it out.
+    artifacts: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def score(self) -> float:
@@ -37,7 +40,8 @@ class TestResult:
         return "passed" if self.passed else "failed"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "score": self.score, "status": self.status}
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "artifacts"}
+        return {**plain, "score": self.score, "status": self.status}
 
 
 @dataclass

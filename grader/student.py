@@ -66,6 +66,18 @@ def _error_from_reply(err: dict, lab: str, stdout: str) -> StudentError:
                         lab=lab, stdout=stdout)
 
 
+MAX_RECORDED_CALLS = 200      # per test; a test making more keeps the first ones
+
+
+@dataclass
+class RecordedCall:
+    """One student call of the current test: the request, and its value or its error."""
+    lab: str
+    req: dict
+    value: object = None
+    error: StudentError | None = None
+
+
 @dataclass
 class Session:
     """The workers for one submission: at most one live worker per lab."""
@@ -76,6 +88,10 @@ class Session:
     time_limit_s: float = 10.0
     workers: dict[str, Worker] = field(default_factory=dict)
     last_stdout: str = ""
+    # The current test's student calls (request and decoded reply, or the StudentError),
+    # kept in this trusted process for the mistake diagnosis (grader.diagnose) of a
+    # failed test; reset by start_test.
+    calls: list[RecordedCall] = field(default_factory=list)
 
     def start_test(self, time_limit_s: float) -> None:
         # Whatever the previous test's calls left running (a daemon, a fork bomb, a
@@ -85,8 +101,23 @@ class Session:
                 worker.kill()
         self.time_limit_s = time_limit_s
         self.deadline = time.monotonic() + time_limit_s
+        self.calls = []
 
     def request(self, lab: str, req: dict):
+        """Send ``req`` to the lab's worker; the reply's value. Every call is recorded."""
+        try:
+            value = self._send(lab, req)
+        except StudentError as exc:
+            self._record(RecordedCall(lab, req, error=exc))
+            raise
+        self._record(RecordedCall(lab, req, value=value))
+        return value
+
+    def _record(self, call: "RecordedCall") -> None:
+        if len(self.calls) < MAX_RECORDED_CALLS:
+            self.calls.append(call)
+
+    def _send(self, lab: str, req: dict):
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)

@@ -291,7 +291,8 @@ def _zip(path: Path, members: dict[str, bytes | str]) -> Path:
     ({"/etc/cron.d/x": "x"}, "member '/etc/cron.d/x' has an absolute path"),
     ({"a/../../x.py": "x"}, "member 'a/../../x.py' points outside the folder ('..')"),
     ({f"f{i}.py": "x" for i in range(201)}, "has 201 members; the limit is 200"),
-    ({"big.py": b"0" * (2 * 2**20 + 1)}, "member 'big.py' is 2.0 MB uncompressed; the limit is 2 MB"),
+    ({"big.py": b"0" * (2 * 2**20 + 1)},
+     "member 'big.py' is 2.0 MB uncompressed; the limit is 2 MB"),
     ({f"f{i}.bin": b"0" * (2 * 2**20) for i in range(11)}, "more than 20 MB uncompressed in total"),
 ])
 def test_check_zip_refuses(tmp_path, members, reason):

@@ -1,0 +1,209 @@
+"""Name the mistake behind a failed test, and pick the arrays worth a picture.
+
+Runs in the trusted grading process, only for failed tests (``grader.plugin`` calls
+``examine`` from its report hook). The inputs are the test's recorded student calls
+(``Session.calls``: each request with the plain values that came back, or the StudentError),
+the exception the test failed with and its tolerance. Each catalogued mistake of the lab
+(``grader.mistakes``) is tried in order; the first that reproduces what the student returned
+gives the diagnosis ``"<name>: <hint>"``. Nothing here may break grading: any exception,
+or running past the time budget, means "no diagnosis".
+
+The pictures (public tests only) are 2-D slices, kept in this process and never serialised:
+the student's attention weights beside the expected ones, or the student's positional
+encoding table beside the expected one (``grader.feedback`` draws them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from grader.compare import Mismatch
+from grader.mistakes import Context, catalogue
+from grader.student import StudentError
+
+TIME_BUDGET_S = 3.0          # per failed test; past it the search stops without a diagnosis
+PICTURE_MAX = 64             # rows and columns drawn at most
+
+
+def diagnosable(exc: BaseException) -> bool:
+    """Failures whose cause may be a catalogued mistake: a value check, an exception in the
+    student's code, or a ValueError that did not come."""
+    if isinstance(exc, Mismatch):
+        return True
+    if isinstance(exc, StudentError):
+        return exc.kind == "exception"
+    return isinstance(exc, AssertionError) and str(exc).startswith("expected a ")
+
+
+def diagnose(lab: str, test: str, exc: BaseException, calls: list, tol,
+             budget_s: float = TIME_BUDGET_S) -> str:
+    """``"<name>: <hint>"`` of the first catalogued mistake the calls show, or ``""``."""
+    ctx = _context(lab, test, exc, calls, tol)
+    if ctx is None:
+        return ""
+    deadline = time.monotonic() + budget_s
+    for mistake in catalogue(lab):
+        if time.monotonic() > deadline:
+            break
+        try:
+            if mistake.matches(ctx):
+                return mistake.diagnosis
+        except Exception:  # noqa: BLE001 - a mistake that cannot judge these calls says nothing
+            continue
+    return ""
+
+
+def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
+            hidden: bool) -> tuple[str, list]:
+    """(diagnosis, pictures) for a failed test; never raises. Hidden tests get no pictures."""
+    diagnosis, pics = "", []
+    with _one_thread():
+        try:
+            if diagnosable(exc):
+                diagnosis = diagnose(lab, test, exc, calls, tol)
+        except Exception:  # noqa: BLE001 - never let feedback break grading
+            diagnosis = ""
+        if not hidden:
+            try:
+                pics = pictures(lab, test, exc, calls, tol)
+            except Exception:  # noqa: BLE001
+                pics = []
+    return diagnosis, pics
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """The replays are many small ops: one intra-op thread is much faster for them (a
+    thread pool's hand-offs cost more than the work, worse on a busy machine)."""
+    saved = torch.get_num_threads()
+    if saved != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if saved != 1:
+            torch.set_num_threads(saved)
+
+
+def _context(lab, test, exc, calls, tol) -> Context | None:
+    own = [c for c in calls if getattr(c, "lab", None) == lab and isinstance(c.req, dict)
+           and c.req.get("target")]
+    if not own:
+        return None
+    return Context(lab=lab, test=test, exc=exc, calls=own, tol=tol)
+
+
+# --------------------------------------------------------------------------------------------
+# pictures
+# --------------------------------------------------------------------------------------------
+
+
+def _attention_pair(call, expected):
+    """(student weights, expected weights) of an attention call, or None."""
+    got, exp = call.value, expected.value
+    if not (isinstance(got, (tuple, list)) and isinstance(exp, (tuple, list))
+            and len(got) == 2 and len(exp) == 2):
+        return None
+    return got[1], exp[1]
+
+
+def _positional_pair(call, expected):
+    req = call.req
+    got, exp = call.value, expected.value
+    if req.get("op") == "buffer" and req.get("name") == "pe":
+        return got, exp
+    if req.get("op") == "call" and req.get("ctor") is None:
+        return got, exp
+    if req.get("op") == "call" and req.get("args"):
+        # x + pe[:seq]: the student's table is the output minus the input (first batch row)
+        x = req["args"][0]
+        if (isinstance(got, torch.Tensor) and isinstance(exp, torch.Tensor)
+                and isinstance(x, torch.Tensor) and got.shape == x.shape and got.dim() == 3):
+            return (got - x.to(got.dtype))[0], (exp - x.to(exp.dtype))[0]
+    return None
+
+
+PICTURE_SOURCES = {
+    # lab: {target: (kind, pair(call, expected) -> (student, expected) | None, axis labels)}
+    "lab1_attention": {"scaled_dot_product_attention": ("attention", _attention_pair, ("query", "key"))},
+    "lab2_multihead": {"MultiHeadAttention": ("attention", _attention_pair, ("query", "key"))},
+    "lab3_positional": {"sinusoidal_positional_encoding": ("positional", _positional_pair,
+                                                           ("position", "feature")),
+                        "SinusoidalPositionalEncoding": ("positional", _positional_pair,
+                                                         ("position", "feature"))},
+}
+
+LEADING_NAMES = {2: (), 3: ("batch",), 4: ("batch", "head")}
+
+
+def pictures(lab: str, test: str, exc: BaseException, calls: list, tol) -> list[dict]:
+    """At most one picture for a failed test: the recorded call whose attention weights (or
+    positional table) differ most from the reference's, as 2-D slices."""
+    sources = PICTURE_SOURCES.get(lab)
+    ctx = _context(lab, test, exc, calls, tol) if sources else None
+    if ctx is None:
+        return []
+    best, best_err = None, -1.0
+    for call in ctx.calls:
+        source = sources.get(call.req.get("target"))
+        if source is None or call.error is not None or call.req.get("op") not in ("call", "buffer"):
+            continue
+        expected = ctx.reference(call)
+        if not expected.ok:
+            continue
+        kind, pair_of, labels = source
+        pair = pair_of(call, expected)
+        if pair is None:
+            continue
+        got, exp = pair
+        if type(got) is not torch.Tensor or type(exp) is not torch.Tensor or exp.dim() < 2:
+            continue
+        if not got.is_floating_point() or not exp.is_floating_point():
+            continue
+        picture = _slice_picture(kind, labels, got, exp)
+        if picture is not None and picture["error"] > best_err:
+            best, best_err = picture, picture["error"]
+    if best is None:
+        return []
+    best.pop("error")
+    return [best]
+
+
+def _slice_picture(kind, labels, got, exp) -> dict | None:
+    got, exp = got.detach().double(), exp.detach().double()
+    what = "attention weights" if kind == "attention" else "positional encoding"
+    if got.shape == exp.shape:
+        err = (got - exp).abs().nan_to_num(nan=float("inf"))
+        worst = float(err.max()) if err.numel() else 0.0
+        if worst == 0.0:
+            return None
+        rows, cols = exp.shape[-2:]
+        flat_err = err.reshape(-1, rows, cols).amax(dim=(1, 2))
+        k = int(flat_err.argmax())
+        lead = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), exp.shape[:-2])) \
+            if exp.dim() > 2 else ()
+        s, e = got.reshape(-1, rows, cols)[k], exp.reshape(-1, rows, cols)[k]
+        diff = s - e
+        shape_note = ""
+    else:
+        # Different shapes: the first slice of each, side by side, no difference.
+        if got.dim() < 2:
+            return None
+        s = got.reshape(-1, *got.shape[-2:])[0]
+        e = exp.reshape(-1, *exp.shape[-2:])[0]
+        lead, diff, worst = (0,) * (exp.dim() - 2), None, float("inf")
+        shape_note = f" (your shape {tuple(got.shape)}, expected {tuple(exp.shape)})"
+    names = LEADING_NAMES.get(exp.dim(), tuple(f"dim{i}" for i in range(exp.dim() - 2)))
+    where = ", ".join(f"{n} {i}" for n, i in zip(names, lead))
+    cropped = any(n > PICTURE_MAX for n in (*s.shape, *e.shape))
+    title = (what + (f" [{where}]" if where else "") + shape_note
+             + (f" (first {PICTURE_MAX} rows and columns)" if cropped else ""))
+
+    def crop(t):
+        return None if t is None else t[:PICTURE_MAX, :PICTURE_MAX].clone()
+
+    return {"kind": kind, "title": title, "student": crop(s), "expected": crop(e),
+            "difference": crop(diff), "rows": labels[0], "cols": labels[1], "error": worst}

@@ -1,0 +1,229 @@
+"""The HTML feedback report: one self-contained page per submission.
+
+``write_feedback_html(result, path)`` writes, atomically, a page that shows per lab and test
+the result, the points, the message, the named mistake (``TestResult.diagnosis``) and, for
+failed public tests, pictures: the student's attention weights beside the expected ones and
+their difference, or the student's positional-encoding table beside the expected one (heatmaps
+of one 2-D slice, drawn with matplotlib's Agg renderer and embedded as base64 PNG data URIs).
+The page needs no server, no network and no other file.
+
+Hidden tests show what their visibility allows: the name, the result, the value-free message
+and the diagnosis; never values or pictures (their arrays are not even kept: the grader drops
+them, and this module ignores any that a hand-built result carries).
+
+``grader feedback SUBMISSION --out DIR`` grades and writes DIR/feedback.html;
+``grader grade SUBMISSION --out DIR --html`` writes it beside results.json.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from grader.results import SubmissionResult, TestResult, atomic_write_text
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
+       max-width: 72em; padding: 0 1em; color: #1d1d1f; line-height: 1.4; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 2px solid #ddd; padding-bottom: 0.2em; }
+.total { font-size: 1.15em; }
+.notes li, .lab-message { color: #6a4a00; }
+table.tests { border-collapse: collapse; width: 100%; }
+table.tests th, table.tests td { border-bottom: 1px solid #e3e3e3; padding: 0.45em 0.6em;
+                                 text-align: left; vertical-align: top; }
+table.tests th { background: #f5f5f7; }
+td.result { font-weight: 600; white-space: nowrap; }
+tr.passed td.result { color: #1a7f37; }
+tr.failed td.result { color: #c62828; }
+td.points { white-space: nowrap; text-align: right; }
+.visibility { font-size: 0.8em; color: #666; background: #eee; border-radius: 0.6em;
+              padding: 0 0.5em; margin-left: 0.4em; }
+.desc { color: #555; font-size: 0.9em; margin-top: 0.2em; }
+pre.message { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.88em;
+              background: #fafafa; padding: 0.4em 0.5em; border-radius: 4px; }
+.diagnosis { margin: 0.5em 0 0; padding: 0.45em 0.6em; background: #fff4e5;
+             border-left: 4px solid #f0a020; border-radius: 3px; }
+figure.picture { margin: 0.6em 0 0; }
+figure.picture img { max-width: 100%; height: auto; border: 1px solid #e3e3e3; }
+figure.picture figcaption { font-size: 0.85em; color: #555; }
+footer { margin-top: 3em; font-size: 0.85em; color: #777; }
+"""
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _points(value: float) -> str:
+    return f"{value:g}"
+
+
+# --------------------------------------------------------------------------------------------
+# pictures
+# --------------------------------------------------------------------------------------------
+
+
+def picture_png(picture: dict) -> bytes:
+    """A PNG of one picture: the student's 2-D slice, the expected one and their difference."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    student, expected = picture["student"].double(), picture["expected"].double()
+    difference = picture.get("difference")
+    panels = [("yours", student), ("expected", expected)]
+    if difference is not None:
+        panels.append(("yours - expected", difference.double()))
+    finite = [t[t.isfinite()] for t in (student, expected)]
+    values = [float(v) for t in finite if t.numel() for v in (t.min(), t.max())]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    values_cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#ff00ff")
+    diff_cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#ff00ff")
+
+    rows, cols = student.shape
+    width = min(4.2, max(2.6, 0.16 * cols + 1.6))
+    height = min(4.2, max(2.2, 0.16 * rows + 1.2))
+    fig = Figure(figsize=(width * len(panels), height), dpi=80, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (label, data) in zip(axes, panels):
+        array = data.numpy()
+        if label.startswith("yours -"):
+            finite_diff = data[data.isfinite()]
+            bound = float(finite_diff.abs().max()) if finite_diff.numel() else 1.0
+            bound = bound or 1.0
+            image = ax.imshow(array, cmap=diff_cmap, vmin=-bound, vmax=bound, aspect="auto",
+                              interpolation="nearest")
+        else:
+            image = ax.imshow(array, cmap=values_cmap, vmin=lo, vmax=hi, aspect="auto",
+                              interpolation="nearest")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel(picture.get("cols", ""), fontsize=9)
+        ax.set_ylabel(picture.get("rows", ""), fontsize=9)
+        ax.tick_params(labelsize=7)
+        fig.colorbar(image, ax=ax, shrink=0.85)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _picture_html(picture: dict) -> str:
+    png = picture_png(picture)
+    data = base64.b64encode(png).decode("ascii")
+    caption = picture.get("title", "")
+    student = picture["student"]
+    if not bool(student.isfinite().all()):
+        caption += " - magenta cells are NaN or inf in your result"
+    alt = f"heatmaps: {caption}"
+    return (f'<figure class="picture"><img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+# --------------------------------------------------------------------------------------------
+# the page
+# --------------------------------------------------------------------------------------------
+
+
+def _test_row(t: TestResult) -> str:
+    hidden = t.visibility != "public"
+    state = "passed" if t.passed else "failed"
+    badge = '<span class="visibility">hidden</span>' if hidden else ""
+    desc = f'<div class="desc">{_e(t.description)}</div>' if t.description else ""
+    details = []
+    if not t.passed:
+        if t.message:
+            details.append(f'<pre class="message">{_e(t.message)}</pre>')
+        if t.diagnosis:
+            details.append(f'<p class="diagnosis"><strong>Diagnosis:</strong> {_e(t.diagnosis)}</p>')
+        if not hidden:
+            for picture in t.artifacts or []:
+                try:
+                    details.append(_picture_html(picture))
+                except Exception:  # noqa: BLE001 - a picture that cannot be drawn is left out
+                    continue
+    return (f'<tr class="test {state}" data-test="{_e(t.name)}" data-visibility="{_e(t.visibility)}">'
+            f'<td class="name"><code>{_e(t.name)}</code>{badge}{desc}</td>'
+            f'<td class="result">{"pass" if t.passed else "FAIL"}</td>'
+            f'<td class="points">{_points(t.score)} / {_points(t.max_score)}</td>'
+            f'<td class="details">{"".join(details)}</td></tr>')
+
+
+def render_feedback_html(result: SubmissionResult) -> str:
+    """The whole report as one HTML document (no external resources)."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Feedback: {_e(result.submission)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>Feedback for {_e(result.submission)}</h1>",
+        f'<p class="total">Total: <strong>{_points(result.score)} / '
+        f"{_points(result.max_score)}</strong></p>",
+    ]
+    if result.status != "ok":
+        parts.append(f'<p class="lab-message">{_e(result.status)}</p>')
+    if result.notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in result.notes)
+                     + "</ul>")
+    for lab in result.labs:
+        parts.append(f'<section class="lab" id="{_e(lab.name)}">')
+        parts.append(f"<h2>{_e(lab.name)} - {_e(lab.title)}: {_points(lab.score)} / "
+                     f"{_points(lab.max_score)}</h2>")
+        if lab.message:
+            parts.append(f'<p class="lab-message"><code>{_e(lab.file)}</code>: {_e(lab.message)}</p>')
+        parts.append('<table class="tests"><thead><tr><th>test</th><th>result</th>'
+                     "<th>points</th><th>what happened</th></tr></thead><tbody>")
+        parts.extend(_test_row(t) for t in lab.tests)
+        parts.append("</tbody></table></section>")
+    parts.append(
+        "<footer>A <em>diagnosis</em> names a classic mistake: the grader ran that mistake on "
+        "the same inputs and it reproduced what your code returned. Pictures show, for failed "
+        "public tests, one slice of your result beside the expected one. Hidden tests show "
+        "no values.</footer>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_feedback_html(result: SubmissionResult, path) -> Path:
+    """Write the report for ``result`` to ``path`` (atomically); returns the path."""
+    path = Path(path)
+    atomic_write_text(path, render_feedback_html(result))
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_feedback(args) -> int:
+    from grader import paths
+    from grader.grading import grade_submission
+    from grader.rubric import load_rubric
+
+    rubric = load_rubric(Path(args.rubric) if args.rubric else paths.RUBRIC)
+    visibility = ("public",) if args.public else ("public", "hidden")
+    result = grade_submission(Path(args.submission), rubric=rubric,
+                              labs=[args.lab] if args.lab else None, visibility=visibility)
+    out = write_feedback_html(result, Path(args.out) / "feedback.html")
+    failed = sum(1 for lab in result.labs for t in lab.tests if not t.passed)
+    diagnosed = sum(1 for lab in result.labs for t in lab.tests if not t.passed and t.diagnosis)
+    print(f"{_points(result.score)}/{_points(result.max_score)} points; {failed} failing test(s), "
+          f"{diagnosed} with a named mistake")
+    print(f"Wrote {out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("feedback", help="grade a submission and write an HTML feedback report")
+    p.add_argument("submission", help="a folder of lab files (or one lab file)")
+    p.add_argument("--out", required=True, help="folder for feedback.html")
+    p.add_argument("--lab", help="only this lab")
+    p.add_argument("--public", action="store_true", help="only the public tests")
+    p.set_defaults(func=cmd_feedback)
+

@@ -1,0 +1,530 @@
+"""The catalogue of classic mistakes, one module per lab, and the machinery to recognise them.
+
+A *mistake* is a small wrong implementation that the trusted grader can run: a variant of the
+reference solution (``solutions/``, loaded with ``grader.reference.load_reference``) with one
+classic error in it, or, for mistakes that show as behaviour rather than values, a small rule.
+When a test fails, ``grader.diagnose`` replays the test's recorded student calls through every
+catalogued mistake of the lab; a mistake that reproduces what the *student* returned, on every
+call, names the student's error.
+
+Everything here runs in the trusted grading process on plain tensors that came back from the
+worker; no student code is ever imported or run here.
+
+Building blocks (used by the per-lab modules ``grader.mistakes.lab*``):
+
+- ``Impl``: a way to answer a request: the reference module, with some of its functions or
+  classes replaced by wrong ones.
+- ``replay(impl, req)``: answer a recorded request the way the worker would (same seeding,
+  constructor, dtype, state dict, train flag; ``call``, ``grad``, ``state_dict``, ``buffer``).
+- ``Replay``: a mistake given as one or more ``Impl`` variants; it matches when one variant
+  reproduces the student's reply on every recorded call and differs from the reference on at
+  least one (calls whose result is random, e.g. training dropout, count as no evidence).
+- ``DropoutStats``: dropout mistakes, compared by statistics (fraction of zeros, scale of
+  the survivors) since a student's use of the RNG may differ from ours.
+- ``Rule``: a behavioural mistake given as a predicate over the recorded calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+__all__ = ["Context", "DropoutSite", "DropoutStats", "Impl", "Mistake", "Replay", "Rule",
+           "catalogue", "close", "replay", "LABS"]
+
+LABS = ("lab1_attention", "lab2_multihead", "lab3_positional", "lab4_transformer_block")
+
+
+class ReplayError(Exception):
+    """The trusted replay itself failed (a request it cannot answer)."""
+
+
+# --------------------------------------------------------------------------------------------
+# implementations and replay
+# --------------------------------------------------------------------------------------------
+
+
+class Impl:
+    """The reference solution of ``lab`` with some names (functions, classes) replaced."""
+
+    def __init__(self, lab: str, overrides: dict | None = None):
+        self.lab = lab
+        self.overrides = dict(overrides or {})
+
+    @property
+    def reference(self):
+        from grader.reference import load_reference
+        return load_reference(self.lab)
+
+    def resolve(self, target: str):
+        if target in self.overrides:
+            return self.overrides[target]
+        return getattr(self.reference, target, None)
+
+    def key(self) -> tuple:
+        return (self.lab, tuple(sorted((k, id(v)) for k, v in self.overrides.items())))
+
+
+def _clone(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value
+
+
+def _plain(value):
+    """What the worker would send back: tensors detached, containers kept."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _flat_tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flat_tensors(v)]
+    return []
+
+
+@dataclass
+class Result:
+    """A replayed answer: a value, or the exception the implementation raised."""
+    value: object = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def build_module(impl: Impl, req: dict):
+    """The module a request describes, built as the worker builds it (seeded, typed, loaded)."""
+    cls = impl.resolve(req["target"])
+    if cls is None:
+        raise AttributeError(f"{impl.lab} has no {req['target']}")
+    torch.manual_seed(req.get("seed", 0))
+    obj = cls(*_clone(req["ctor"]["args"]), **_clone(req["ctor"]["kwargs"]))
+    if req.get("dtype") in ("float32", "float64"):
+        obj.to(getattr(torch, req["dtype"]))
+    if req.get("state_dict") is not None:
+        obj.load_state_dict(req["state_dict"], strict=True)
+    obj.train(bool(req.get("train", False)))
+    return obj
+
+
+def replay(impl: Impl, req: dict) -> Result:
+    """Answer ``req`` with ``impl`` exactly as the sandbox worker answers it with student code."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            return Result(value=_answer(impl, req))
+        except ReplayError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the implementation's own error is an answer
+            return Result(error=exc)
+
+
+def _answer(impl: Impl, req: dict):
+    op = req.get("op")
+    if op not in ("call", "grad", "state_dict", "buffer"):
+        raise ReplayError(f"cannot replay op {op!r}")
+    if req.get("ctor") is not None:
+        obj = build_module(impl, req)
+        torch.manual_seed(req.get("seed", 0))
+        if op == "state_dict":
+            return {k: v.detach().clone() for k, v in obj.state_dict().items()}
+        if op == "buffer":
+            return dict(obj.named_buffers())[req["name"]].detach().clone()
+        fn = obj
+    else:
+        obj = None
+        fn = impl.resolve(req["target"])
+        if fn is None:
+            raise AttributeError(f"{impl.lab} has no {req['target']}")
+        torch.manual_seed(req.get("seed", 0))
+    args, kwargs = _clone(list(req.get("args", []))), _clone(dict(req.get("kwargs", {})))
+    if op == "call":
+        # Grad mode on, as in the worker: PyTorch modules take other code paths under no_grad
+        # (nn.MultiheadAttention's fast path gives NaN where the slow path gives numbers).
+        with torch.enable_grad():
+            return _plain(fn(*args, **kwargs))
+    # op == "grad": what the worker does, on clones of the test's tensors
+    leaves = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            args[i] = a.requires_grad_(True)
+            leaves.append(args[i])
+        else:
+            leaves.append(None)
+    with torch.enable_grad():
+        output = fn(*args, **kwargs)
+        pairs = [(o, g) for o, g in zip(_flat_tensors(output), req["grad_outputs"]) if g is not None]
+        if not pairs:
+            raise RuntimeError("there is no output to differentiate")
+        loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            raise RuntimeError("the output does not depend on the inputs through autograd")
+        loss.backward()
+    params = {}
+    if obj is not None:
+        params = {n: p.grad.detach().clone() for n, p in obj.named_parameters() if p.grad is not None}
+    return {"output": _plain(output),
+            "input_grads": tuple(None if t is None else t.grad.detach().clone() for t in leaves),
+            "param_grads": params}
+
+
+def bind(fn, args, kwargs) -> dict:
+    """The arguments of a call by parameter name, defaults included."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+# --------------------------------------------------------------------------------------------
+# comparison
+# --------------------------------------------------------------------------------------------
+
+
+def close(a, b, tol) -> bool:
+    """``a`` reproduces ``b``: same structure, shapes and dtypes; values within ``tol`` of ``b``
+    (``|a - b| <= atol + rtol * |b|``); NaN and inf in the same places."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (type(a) is torch.Tensor and type(b) is torch.Tensor):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            return bool(torch.equal(a, b))
+        a64, b64 = a.double(), b.double()
+        fa, fb = torch.isfinite(a64), torch.isfinite(b64)
+        if not torch.equal(fa, fb):
+            return False
+        if not fa.all():
+            na, nb = torch.isnan(a64), torch.isnan(b64)
+            if not torch.equal(na, nb):
+                return False
+            inf = ~fa & ~na
+            if not torch.equal(a64[inf], b64[inf]):
+                return False
+        err = (a64[fa] - b64[fa]).abs()
+        return bool((err <= tol.atol + tol.rtol * b64[fa].abs()).all())
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(close(a[k], b[k], tol) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=tol.rtol, abs_tol=tol.atol) or a == b
+    if type(a) is not type(b):
+        return False
+    return a == b
+
+
+def same_answer(student, result: Result, tol) -> bool:
+    """The student's recorded answer (value or StudentError) agrees with a replayed one."""
+    if student.error is not None or not result.ok:
+        # Both raised: consistent (the types may differ; a wrong type is a rule's business).
+        return student.error is not None and not result.ok and student.error.kind == "exception"
+    return close(student.value, result.value, tol)
+
+
+def agree(a: Result, b: Result, tol) -> bool:
+    """Two replayed answers agree: both raised, or both returned close values."""
+    if not a.ok or not b.ok:
+        return not a.ok and not b.ok
+    return close(a.value, b.value, tol)
+
+
+# --------------------------------------------------------------------------------------------
+# the context of one failed test
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """One failed test: its recorded calls, the exception it failed with, its tolerance."""
+    lab: str
+    test: str
+    exc: BaseException
+    calls: list                    # grader.student.RecordedCall (those with a target)
+    tol: object                    # grader.rubric.Tolerance
+    _memo: dict = field(default_factory=dict)
+
+    def run(self, impl: Impl, call, req: dict | None = None, tag: str = "") -> Result:
+        """``impl``'s answer to ``call`` (or to ``req``, a variant of it), memoised."""
+        key = (impl.key(), id(call), tag)
+        if key not in self._memo:
+            self._memo[key] = replay(impl, req if req is not None else call.req)
+        return self._memo[key]
+
+    def reference(self, call) -> Result:
+        return self.run(Impl(self.lab), call)
+
+    def is_random(self, call) -> bool:
+        """The reference's answer depends on the seed (e.g. dropout in training)."""
+        other = dict(call.req, seed=int(call.req.get("seed", 0)) + 7919)
+        a, b = self.reference(call), self.run(Impl(self.lab), call, other, tag="reseeded")
+        return not agree(a, b, self.tol)
+
+    def matches_reference(self, call) -> bool:
+        return same_answer(call, self.reference(call), self.tol)
+
+
+# --------------------------------------------------------------------------------------------
+# mistakes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Mistake:
+    """A named classic mistake with a hint that teaches the fix."""
+    id: str
+    name: str
+    hint: str
+
+    @property
+    def diagnosis(self) -> str:
+        return f"{self.name}: {self.hint}"
+
+    def matches(self, ctx: Context) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass
+class Replay(Mistake):
+    """A mistake given as wrong implementations (``variants``: one Impl each)."""
+    variants: list = field(default_factory=list)
+
+    def matches(self, ctx: Context) -> bool:
+        return any(self._variant_matches(v, ctx) for v in self.variants)
+
+    def _variant_matches(self, impl: Impl, ctx: Context) -> bool:
+        active = False
+        for call in ctx.calls:
+            guess = ctx.run(impl, call)
+            if not same_answer(call, guess, ctx.tol):
+                if ctx.is_random(call):
+                    continue            # a random answer (dropout): no evidence either way
+                return False
+            if not agree(ctx.reference(call), guess, ctx.tol):
+                active = True
+        return active
+
+
+@dataclass
+class DropoutSite:
+    """Where dropout acts in one call: its probability, whether the call trains, the same
+    request without dropout (``clean_req``) and how to pick the dropped tensor from a reply."""
+    p: float
+    training: bool
+    clean_req: dict
+    component: Callable
+
+
+@dataclass
+class DropoutStats(Mistake):
+    """Dropout done wrong, recognised by statistics rather than exact values.
+
+    ``mode`` is ``"eval"`` (dropout also when not training) or ``"no_rescale"`` (survivors not
+    scaled by 1/(1-p)). ``site(req)`` gives the call's DropoutSite, or None where the target has
+    no dropout. A call with no dropout to do must match the reference exactly.
+    """
+    mode: str = "eval"
+    site: Callable = None
+
+    def predicted(self, s: DropoutSite) -> tuple[float, float]:
+        if self.mode == "eval":
+            return s.p, 1.0 / (1.0 - s.p)
+        return (s.p, 1.0) if s.training else (0.0, 1.0)
+
+    def matches(self, ctx: Context) -> bool:
+        active = False
+        for call in ctx.calls:
+            s = self.site(call.req)
+            if s is None or s.p <= 0.0 or s.p >= 1.0:
+                if not ctx.matches_reference(call) and not ctx.is_random(call):
+                    return False
+                continue
+            if call.error is not None:
+                return False
+            clean = ctx.run(Impl(ctx.lab), call, s.clean_req, tag="clean")
+            if not clean.ok:
+                return False
+            p, scale = self.predicted(s)
+            ref = (s.p, 1.0 / (1.0 - s.p)) if s.training else (0.0, 1.0)
+            if p == 0.0:
+                ok = close(call.value, clean.value, ctx.tol)
+            else:
+                try:
+                    ok = dropout_consistent(s.component(call.value), s.component(clean.value),
+                                            p, scale, ctx.tol)
+                except (TypeError, IndexError, KeyError):
+                    ok = False
+            if not ok:
+                return False
+            if (p, scale) != ref:
+                active = True
+        return active
+
+
+def dropout_consistent(got, clean, p: float, scale: float, tol) -> bool:
+    """``got`` looks like dropout(p) of ``clean`` with survivors scaled by ``scale``."""
+    if type(got) is not torch.Tensor or type(clean) is not torch.Tensor or got.shape != clean.shape:
+        return False
+    g, c = got.double(), clean.double()
+    live = c != 0                                   # positions dropout could have zeroed
+    n = int(live.sum())
+    if n == 0 or not torch.isfinite(g).all() or bool((g[~live] != 0).any()):
+        return False
+    dropped = (g == 0) & live
+    frac = float(dropped.sum()) / n
+    band = max(0.05, 4.0 * math.sqrt(p * (1.0 - p) / n))
+    if abs(frac - p) > band:
+        return False
+    kept = live & ~dropped
+    expected = c[kept] * scale
+    return bool(((g[kept] - expected).abs() <= tol.atol + tol.rtol * expected.abs()).all())
+
+
+@dataclass
+class Rule(Mistake):
+    """A behavioural mistake: ``predicate(ctx)`` says whether the recorded calls show it."""
+    predicate: Callable = None
+
+    def matches(self, ctx: Context) -> bool:
+        return bool(self.predicate(ctx))
+
+
+# --------------------------------------------------------------------------------------------
+# rules shared by every lab
+# --------------------------------------------------------------------------------------------
+
+_DTYPE_ERROR = re.compile(r"dtype|Double|Float|scalar type|same type", re.IGNORECASE)
+
+
+def _has_float64(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.float64
+    if isinstance(value, (list, tuple)):
+        return any(_has_float64(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_float64(v) for v in value.values())
+    return False
+
+
+def _narrowed(got, ref) -> bool:
+    """Somewhere the reference answers float64, the student answered float32."""
+    if isinstance(ref, torch.Tensor):
+        return (isinstance(got, torch.Tensor) and ref.dtype == torch.float64
+                and got.dtype == torch.float32)
+    if isinstance(ref, (list, tuple)) and isinstance(got, (list, tuple)):
+        return any(_narrowed(g, r) for g, r in zip(got, ref))
+    if isinstance(ref, dict) and isinstance(got, dict):
+        return any(_narrowed(got[k], ref[k]) for k in ref if k in got)
+    return False
+
+
+def float64_narrowed(ctx: Context) -> bool:
+    for call in ctx.calls:
+        req = call.req
+        if not (req.get("dtype") == "float64" or _has_float64(req.get("args"))
+                or _has_float64(req.get("kwargs"))):
+            continue
+        ref = ctx.reference(call)
+        if not ref.ok:
+            continue
+        if call.error is not None:
+            if call.error.kind == "exception" and _DTYPE_ERROR.search(call.error.message or ""):
+                return True
+        elif _narrowed(call.value, ref.value):
+            return True
+    return False
+
+
+def gradients_detached(ctx: Context) -> bool:
+    for call in ctx.calls:
+        if call.req.get("op") != "grad":
+            continue
+        if call.error is not None:
+            if call.error.type_name == "GradientError" or "does not depend on the inputs" in (
+                    call.error.message or ""):
+                return True
+            continue
+        ref = ctx.reference(call)
+        if not ref.ok or not isinstance(call.value, dict):
+            continue
+        got, exp = call.value, ref.value
+        s_in, r_in = tuple(got.get("input_grads") or ()), tuple(exp["input_grads"])
+        if len(s_in) != len(r_in):
+            continue
+        for s, r in zip(s_in, r_in):
+            if r is not None and bool((r != 0).any()) and (
+                    s is None or (isinstance(s, torch.Tensor) and bool((s == 0).all()))):
+                return True
+        # Forward and parameter gradients right, finite input gradients wrong: some path
+        # from the inputs was cut off from autograd (.detach(), .data, no_grad, numpy).
+        if (close(got.get("output"), exp["output"], ctx.tol)
+                and close(got.get("param_grads"), exp["param_grads"], ctx.tol)
+                and all(isinstance(s, torch.Tensor) and bool(torch.isfinite(s).all())
+                        for s, r in zip(s_in, r_in) if r is not None)
+                and not close(list(s_in), list(r_in), ctx.tol)):
+            return True
+    return False
+
+
+FLOAT32_CAST = Rule(
+    id="float32_cast", name="float64 inputs returned as float32",
+    hint="something casts to float32 (.float(), torch.tensor(...) or torch.zeros(...) without "
+         "dtype=, a float32 constant); keep the input's dtype (x.dtype, torch.zeros_like, "
+         "torch.ones(..., dtype=x.dtype)) so float64 in gives float64 out",
+    predicate=float64_narrowed)
+
+DETACHED = Rule(
+    id="detached_gradients", name="detached gradients",
+    hint="the forward values are right but gradients do not flow back to the inputs: something "
+         "on the path from an input was detached (.detach(), .data, torch.no_grad(), .item(), "
+         "numpy); keep every step of the computation in torch on the original tensors",
+    predicate=gradients_detached)
+
+
+# --------------------------------------------------------------------------------------------
+# the catalogue
+# --------------------------------------------------------------------------------------------
+
+
+_catalogues: dict[str, list[Mistake]] = {}
+
+
+def catalogue(lab: str) -> list[Mistake]:
+    """The lab's mistakes, in the order they are tried (the first that matches is named)."""
+    if lab not in LABS:
+        return []
+    if lab not in _catalogues:
+        module = importlib.import_module(f"grader.mistakes.{lab}")
+        _catalogues[lab] = list(module.mistakes())
+    return _catalogues[lab]
+
+
+def all_mistakes() -> dict[str, Mistake]:
+    """Every catalogued mistake by id (a mistake shared by labs appears once)."""
+    out: dict[str, Mistake] = {}
+    for lab in LABS:
+        for m in catalogue(lab):
+            out.setdefault(m.id, m)
+    return out
