@@ -34,3 +34,20 @@ def test_points_come_only_from_the_rubric():
     for suite in paths.SUITES.glob("*/test_*.py"):
         text = suite.read_text()
         assert "points" not in text and "max_score" not in text, suite
+
+
+def test_example_class_is_what_the_builder_writes(tmp_path):
+    """examples/submissions/*.zip are rebuilt byte for byte from solutions + fixtures."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_examples",
+                                                  paths.COURSE / "examples" / "build_examples.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    fresh = builder.build(tmp_path)
+    committed = sorted((paths.COURSE / "examples" / "submissions").glob("*.zip"))
+    assert [p.name for p in fresh] == [p.name for p in committed] or sorted(
+        p.name for p in fresh) == [p.name for p in committed]
+    for path in fresh:
+        assert path.read_bytes() == (paths.COURSE / "examples" / "submissions" / path.name).read_bytes(), (
+            f"{path.name} is stale: run python examples/build_examples.py")
