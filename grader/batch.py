@@ -56,6 +56,7 @@ START_TIMEOUT_S = 300.0      # a grading process imports torch and starts its zy
 BUDGET_MARGIN_S = 120.0      # on top of the rubric's time limits, before a student is cut off
 GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png")
 INTERNAL_ERROR = "grading failed"   # statuses that are the grader's fault start with this
+ETA_WINDOW = 50                      # students whose pace the plain progress lines extrapolate
 
 
 # ------------------------------------------------------------------------- students
@@ -534,6 +535,7 @@ class Progress:
         self.done = self.failed = 0
         self.started = time.monotonic()
         self.last_line = 0.0
+        self.recent: deque = deque(maxlen=ETA_WINDOW)    # when the latest students finished
         self.bar = None
         if self.enabled and self.stream.isatty():
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress,
@@ -554,13 +556,17 @@ class Progress:
             self.bar.update(self.task, advance=1, failed=failed)
             return
         now = time.monotonic()
+        self.recent.append(now)
         step = max(1, self.total // 20)
         if self.done == self.total or self.done % step == 0 or now - self.last_line > 30:
             self.last_line = now
-            elapsed = now - self.started
-            eta = elapsed / self.done * (self.total - self.done)
+            # The pace of the latest students: not skewed by the start-up, nor by the
+            # rejected zips that were written at once.
+            span = self.recent[-1] - self.recent[0]
+            eta = (_duration(span / (len(self.recent) - 1) * (self.total - self.done))
+                   if len(self.recent) > 1 and span > 0 else "?")
             print(f"graded {self.done}/{self.total}" + (f" ({failed})" if failed else "")
-                  + f"  elapsed {_duration(elapsed)}  ETA {_duration(eta)}",
+                  + f"  elapsed {_duration(now - self.started)}  ETA {eta}",
                   file=self.stream, flush=True)
 
     def close(self) -> None:
@@ -677,7 +683,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     score = book.summary["score"]
     return BatchSummary(
         root=str(root), out=str(out), students=book.rows, graded=report.done,
-        up_to_date=up_to_date, not_ok=book.failed, internal_errors=internal_errors,
+        up_to_date=up_to_date, not_ok=book.not_ok, internal_errors=internal_errors,
         jobs=jobs, seconds=round(time.monotonic() - started, 3),
         cpu_seconds=round(cpu, 3), max_rss_mb=round(rss, 1),
         max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],

@@ -45,14 +45,15 @@ def diagnose(lab: str, test: str, exc: BaseException, calls: list, tol,
     if ctx is None:
         return ""
     deadline = time.monotonic() + budget_s
-    for mistake in catalogue(lab):
-        if time.monotonic() > deadline:
-            break
-        try:
-            if mistake.matches(ctx):
-                return mistake.diagnosis
-        except Exception:  # noqa: BLE001 - a mistake that cannot judge these calls says nothing
-            continue
+    with _one_thread():
+        for mistake in catalogue(lab):
+            if time.monotonic() > deadline:
+                break
+            try:
+                if mistake.matches(ctx):
+                    return mistake.diagnosis
+            except Exception:  # noqa: BLE001 - a mistake that cannot judge these calls: no
+                continue
     return ""
 
 
@@ -146,6 +147,11 @@ def pictures(lab: str, test: str, exc: BaseException, calls: list, tol) -> list[
     ctx = _context(lab, test, exc, calls, tol) if sources else None
     if ctx is None:
         return []
+    with _one_thread():
+        return _pictures(ctx, sources)
+
+
+def _pictures(ctx: Context, sources: dict) -> list[dict]:
     best, best_err = None, -1.0
     for call in ctx.calls:
         source = sources.get(call.req.get("target"))

@@ -71,6 +71,7 @@ def picture_png(picture: dict) -> bytes:
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     student, expected = picture["student"].double(), picture["expected"].double()
     difference = picture.get("difference")
@@ -88,9 +89,10 @@ def picture_png(picture: dict) -> bytes:
     rows, cols = student.shape
     width = min(4.2, max(2.6, 0.16 * cols + 1.6))
     height = min(4.2, max(2.2, 0.16 * rows + 1.2))
-    fig = Figure(figsize=(width * len(panels), height), dpi=80, layout="constrained")
+    fig = Figure(figsize=(width * len(panels), height), dpi=80)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    fig.subplots_adjust(left=0.07, right=0.93, bottom=0.2, top=0.88, wspace=0.55)
     for ax, (label, data) in zip(axes, panels):
         array = data.numpy()
         if label.startswith("yours -"):
@@ -106,7 +108,10 @@ def picture_png(picture: dict) -> bytes:
         ax.set_xlabel(picture.get("cols", ""), fontsize=9)
         ax.set_ylabel(picture.get("rows", ""), fontsize=9)
         ax.tick_params(labelsize=7)
-        fig.colorbar(image, ax=ax, shrink=0.85)
+        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(5, integer=True))
+        if label != "yours":                # "yours" shares the colour scale of "expected"
+            fig.colorbar(image, ax=ax, shrink=0.9)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -39,7 +39,7 @@ class Row:
 class Gradebook:
     """What ``build_gradebook`` wrote, and the numbers that the summary holds."""
     rows: int
-    failed: int
+    not_ok: int
     summary: dict
     files: dict[str, Path] = field(default_factory=dict)
 
@@ -106,7 +106,7 @@ def atomic_open(path: Path, mode: str = "w", **kwargs):
 
 
 class _Tally:
-    """Counters that grow with the number of tests, not with the number of students."""
+    """Per-test and per-lab counters, and one total per student (for the median)."""
 
     def __init__(self, rubric: Rubric):
         self.rubric = rubric
@@ -119,8 +119,7 @@ class _Tally:
 
     def add(self, row: Row, data: dict | None) -> None:
         self.totals.append(row.total)
-        key = "ok" if row.status == "ok" else row.status
-        self.statuses[key] = self.statuses.get(key, 0) + 1
+        self.statuses[row.status] = self.statuses.get(row.status, 0) + 1
         for lab, points in row.labs.items():
             self.lab_points[lab] += points
         if row.status != "ok" or data is None:
@@ -149,7 +148,7 @@ class _Tally:
         return {
             "students": n,
             "graded_ok": self.graded,
-            "failed": n - self.graded,
+            "not_ok": n - self.graded,
             "statuses": dict(sorted(self.statuses.items())),
             "max_total": max_total,
             "score": score_distribution(self.totals, max_total),
@@ -187,7 +186,7 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     out = Path(out)
     lab_names = list(rubric.labs)
     tally = _Tally(rubric)
-    failed = 0
+    not_ok = 0
     with atomic_open(out / "grades.csv", "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["student", *lab_names, "total", "max_total", "status"])
@@ -198,7 +197,7 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
                           NOT_GRADED)
             else:
                 row = row_from_results(student, data, lab_names)
-            failed += row.status != "ok"
+            not_ok += row.status != "ok"
             tally.add(row, data)
             writer.writerow([row.student, *(number(row.labs[lab]) for lab in lab_names),
                              number(row.total), number(row.max_total), row.status])
@@ -208,7 +207,7 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     if plots:
         files["score_histogram"] = plot_score_histogram(summary, out / "score_histogram.png")
         files["test_pass_rates"] = plot_test_pass_rates(summary, out / "test_pass_rates.png")
-    return Gradebook(rows=len(students), failed=failed, summary=summary, files=files)
+    return Gradebook(rows=len(students), not_ok=not_ok, summary=summary, files=files)
 
 
 # ------------------------------------------------------------------------------ plots

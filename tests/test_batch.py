@@ -143,7 +143,7 @@ def test_summary_json(graded, rubric):
     data = json.loads((out / "summary.json").read_text())
     rows = read_csv(out / "grades.csv")
     totals = [float(r["total"]) for r in rows]
-    assert data["students"] == 7 and data["graded_ok"] == 5 and data["failed"] == 2
+    assert data["students"] == 7 and data["graded_ok"] == 5 and data["not_ok"] == 2
     assert data["statuses"] == {"ok": 5, ZIP_DOTDOT: 1, ZIP_SYMLINK: 1}
     assert data["max_total"] == rubric.max_points
     score = data["score"]
@@ -330,3 +330,58 @@ def test_bad_root_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="not a folder of submissions"):
         grade_batch(tmp_path / "nope", out=tmp_path / "out", progress=False)
     assert main(["batch", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+
+
+# ------------------------------------------------------------------------- small parts
+
+def test_submission_digest_follows_the_graded_bytes(tmp_path):
+    from grader.batch import Entry, submission_digest
+    folder = make_submission("ok_einsum", tmp_path / "alice")
+    entry = Entry("alice", folder, "folder")
+    first = submission_digest(entry)
+    (folder / ".ipynb_checkpoints").mkdir()               # hidden: not part of the work
+    (folder / ".ipynb_checkpoints" / "lab1_attention.py").write_text("x = 1\n")
+    assert submission_digest(entry) == first
+    lab1 = folder / "lab1_attention.py"
+    lab1.write_bytes(lab1.read_bytes() + b"\n")
+    assert submission_digest(entry) != first
+    zipped = zip_folder(folder, tmp_path / "alice.zip")
+    assert submission_digest(Entry("alice", zipped, "zip")) != submission_digest(entry)
+
+
+def test_fingerprint_must_match_in_full(tmp_path, rubric):
+    from grader.batch import course_digests, is_up_to_date
+    from grader.gradebook import failed_result
+    from grader.results import write_gradescope
+    fingerprint = {"submission": "abc", **course_digests(rubric)}
+    (tmp_path / "fingerprint.json").write_text(json.dumps(fingerprint))
+    assert not is_up_to_date(tmp_path, fingerprint)       # no results.json yet
+    write_gradescope(failed_result("s", rubric, "why"), tmp_path / "results.json")
+    assert is_up_to_date(tmp_path, fingerprint)
+    assert not is_up_to_date(tmp_path, {**fingerprint, "rubric": "changed"})
+    assert not is_up_to_date(tmp_path, {**fingerprint, "suites": "changed"})
+
+
+def test_plain_progress_lines(capsys):
+    from grader.batch import Progress
+    progress = Progress(total=3, enabled=True)            # stdout is not a terminal here
+    for status in ("ok", "rejected zip: x", "ok"):
+        progress.advance({"status": status})
+    progress.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("graded 1/3  elapsed 0s  ETA ")
+    assert lines[-1].startswith("graded 3/3 (1 not ok)  elapsed ") and lines[-1].endswith("ETA 0s")
+
+
+def test_listing_skips_hidden_and_flags_clashes(tmp_path):
+    from grader.batch import list_students
+    for name in ("alice", "bob", ".hidden", "grades.csv"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "bob.zip").write_bytes(b"")
+    (tmp_path / "carol.ZIP").write_bytes(b"")
+    (tmp_path / "out").mkdir()
+    entries = {e.student: e for e in list_students(tmp_path, out=tmp_path / "out")}
+    assert list(entries) == ["alice", "bob", "carol", "grades.csv"]
+    assert entries["alice"].problem == "" and entries["carol"].kind == "zip"
+    assert entries["bob"].problem == "more than one submission for bob (bob, bob.zip); keep one"
+    assert entries["grades.csv"].problem == "grades.csv has the name of a gradebook file; rename it"

@@ -631,6 +631,23 @@ def test_warnings_on_stderr_cost_nothing(graded_course):
 
 
 @needs_nbgrader
+def test_without_the_config_the_late_warning_would_cost_points(graded_course, rubric, tmp_path):
+    """Control for the test above: the same autograde of alice with IgnorePattern off."""
+    import shutil
+
+    course = tmp_path / "course"
+    shutil.copytree(graded_course["course"], course, ignore=shutil.ignore_patterns("autograded", "feedback"))
+    _nbgrader(graded_course["env"], course, "autograde", LAB1, "--student", "alice",
+              "--IgnorePattern.enabled=False")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert gb.find_submission(LAB1, "alice").score < rubric.labs[LAB1].max_points
+    nb = _nb(course / "autograded" / "alice" / LAB1 / f"{LAB1}.ipynb")
+    stderr = [o for c in nb["cells"] if _meta(c).get("grade") for o in c["outputs"]
+              if o.get("name") == "stderr"]
+    assert stderr and "UserWarning: a late warning" in "".join(stderr[0]["text"])
+
+
+@needs_nbgrader
 def test_ignore_pattern_drops_warnings_only(course):
     """nbgrader's own IgnorePattern, configured by the generated nbgrader_config.py."""
     from nbformat.v4 import new_code_cell, new_output

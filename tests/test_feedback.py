@@ -1,0 +1,373 @@
+"""Feedback that teaches: named mistakes (grader.diagnose, grader.mistakes) and the HTML report.
+
+Every catalogued mistake has a one-bug fixture submission (tests/fixtures/submissions/bug_*)
+and must be named on at least one failing test of every lab the fixture breaks, and no other
+mistake may be named there. Correct submissions (solutions/ and every ok_* fixture) get no
+diagnosis, not even when the diagnoser is forced to run on their (passing) tests. The HTML
+report must render: one row per test, embedded PNGs that decode, nothing of hidden tests'
+values or pictures. Each fixture is graded once (module cache) with the session's zygote.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+import time
+import zlib
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from conftest import expectation, fixture_names, make_submission
+from grader import paths
+from grader.compare import Mismatch, assert_close
+from grader.diagnose import diagnose, examine
+from grader.feedback import render_feedback_html, write_feedback_html
+from grader.grading import grade_submission
+from grader.mistakes import LABS, Mistake, all_mistakes, catalogue
+from grader.plugin import GradingPlugin, lab_of
+from grader.results import LabResult, SubmissionResult, TestResult
+from grader.rubric import Tolerance
+from grader.student import RecordedCall
+
+# fixture -> the id of the catalogued mistake it holds
+EXPECTED = {
+    "bug_no_scale": "no_scale",
+    "bug_scale_d_model": "scale_d_model",
+    "bug_softmax_dim": "softmax_dim",
+    "bug_mask_inverted": "mask_inverted",
+    "bug_mask_after_softmax": "mask_after_softmax",
+    "bug_nan_blocked_rows": "nan_blocked_rows",
+    "bug_dropout_in_eval": "dropout_in_eval",
+    "bug_dropout_no_rescale": "dropout_no_rescale",
+    "bug_split_no_transpose": "split_no_transpose",
+    "bug_merge_order": "merge_order",
+    "bug_causal_off_by_one": "causal_off_by_one",
+    "bug_sin_cos_swapped": "sin_cos_swapped",
+    "bug_exponent_i": "exponent_i",
+    "bug_odd_d_model": "odd_d_model",
+    "bug_max_len_unchecked": "max_len_unchecked",
+    "bug_norm_first_ignored": "norm_first_ignored",
+    "bug_missing_residual": "missing_residual",
+    "bug_mask_not_inverted": "mask_not_inverted",
+    "bug_activation_ignored": "activation_ignored",
+    "bug_float32_cast": "float32_cast",
+    "bug_detached_residual": "detached_gradients",
+}
+CORRECT = ["solutions"] + fixture_names("ok_")
+
+
+@pytest.fixture(scope="module")
+def graded(rubric, zygote, tmp_path_factory):
+    """grade(name, labs=None) -> (SubmissionResult, [(lab, test, tol, calls)]), graded once.
+
+    The calls of every test (passing ones too) are captured through a teardown hook added
+    to the grading plugin, for the forced-diagnosis check on correct submissions.
+    """
+    cache = {}
+
+    def grade(name: str, labs: tuple[str, ...] | None = None):
+        key = (name, labs)
+        if key not in cache:
+            captured = []
+
+            def teardown(self, item):
+                captured.append((lab_of(item), item.originalname,
+                                 self._rubric_test(item).tolerance, list(self.session.calls)))
+
+            submission = {"solutions": paths.SOLUTIONS, "exercises": paths.EXERCISES}.get(name)
+            if submission is None:
+                submission = make_submission(name, tmp_path_factory.mktemp(name))
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(GradingPlugin, "pytest_runtest_teardown", teardown, raising=False)
+                result = grade_submission(submission, rubric=rubric, zygote=zygote,
+                                          labs=list(labs) if labs else None, name=name)
+            cache[key] = (result, captured)
+        return cache[key]
+
+    return grade
+
+
+def name_of(diagnosis: str) -> str:
+    return diagnosis.split(": ", 1)[0]
+
+
+def failing(result):
+    return [(lab.name, t) for lab in result.labs for t in lab.tests if not t.passed]
+
+
+# ------------------------------------------------------------------------------------------
+# the catalogue
+# ------------------------------------------------------------------------------------------
+
+
+def test_every_catalogued_mistake_has_a_fixture():
+    ids = {m.id for lab in LABS for m in catalogue(lab)}
+    assert ids == set(EXPECTED.values()), "catalogue and EXPECTED disagree"
+    assert set(EXPECTED) <= set(fixture_names("bug_")), "a fixture in EXPECTED is missing"
+    for m in all_mistakes().values():
+        assert isinstance(m, Mistake)
+        assert ": " not in m.name and m.hint and len(m.diagnosis) < 400, m.id
+
+
+# ------------------------------------------------------------------------------------------
+# every mistake is named, and only it
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_fixture_mistake_is_named(fixture, graded):
+    breaks = tuple(expectation(fixture).get("breaks") or ())
+    assert breaks, fixture
+    result, _ = graded(fixture, breaks)
+    want = all_mistakes()[EXPECTED[fixture]].name
+    for lab in breaks:
+        fails = [t for t in result.lab(lab).tests if not t.passed]
+        assert fails, f"{fixture}: {lab} should fail some test"
+        named = [t.name for t in fails if t.diagnosis and name_of(t.diagnosis) == want]
+        assert named, (f"{fixture}: no failing test of {lab} names {want!r}: "
+                       f"{[(t.name, t.diagnosis) for t in fails]}")
+    wrong = {(lab, t.name): t.diagnosis for lab, t in failing(result)
+             if t.diagnosis and name_of(t.diagnosis) != want}
+    assert not wrong, f"{fixture}: other mistakes named: {wrong}"
+    for lab in result.labs:
+        for t in lab.tests:
+            if t.passed:
+                assert not t.diagnosis and not t.artifacts, (fixture, t.name)
+            if t.visibility == "hidden":
+                assert not t.artifacts, (fixture, t.name)
+
+
+# ------------------------------------------------------------------------------------------
+# correct submissions get no diagnosis
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_submission_gets_no_diagnosis(name, graded):
+    result, captured = graded(name)
+    assert result.score == result.max_score, failing(result)
+    assert not any(t.diagnosis or t.artifacts for lab in result.labs for t in lab.tests)
+    # Forced: run the diagnoser on every (passing) test's calls as if it had failed.
+    assert captured, "no test calls were captured"
+    for lab, test, tol, calls in captured:
+        forced = diagnose(lab, test, Mismatch("forced"), calls, tol, budget_s=30.0)
+        assert forced == "", f"{name}: {lab}::{test} would be diagnosed as {forced!r}"
+
+
+def test_stubs_get_no_diagnosis(graded):
+    """Untouched exercises fail every test as "not implemented": nothing to diagnose."""
+    result, _ = graded("exercises", ("lab1_attention", "lab3_positional"))
+    assert result.score == 0
+    assert not any(t.diagnosis or t.artifacts for _, t in failing(result))
+
+
+# ------------------------------------------------------------------------------------------
+# the diagnoser never breaks grading
+# ------------------------------------------------------------------------------------------
+
+TOL = Tolerance(atol=1e-5, rtol=1e-4)
+
+
+def _sdpa_call(q, k, v, value, **kwargs):
+    return RecordedCall("lab1_attention", {"op": "call", "target": "scaled_dot_product_attention",
+                                           "args": [q, k, v], "kwargs": kwargs, "seed": 0},
+                        value=value)
+
+
+def test_diagnoser_errors_and_garbage_give_no_diagnosis(monkeypatch):
+    q = torch.randn(2, 3, 4)
+    calls = [_sdpa_call(q, q, q, value="not a tensor"),
+             RecordedCall("lab1_attention", {"op": "probe"}),
+             RecordedCall("lab1_attention", {"op": "call", "target": "no_such_function",
+                                             "args": [], "kwargs": {}})]
+    assert diagnose("lab1_attention", "t", Mismatch("x"), calls, TOL) == ""
+    assert examine(lab="lab1_attention", test="t", exc=Mismatch("x"), calls=[object(), None],
+                   tol=TOL, hidden=False) == ("", [])
+    assert examine(lab="no_such_lab", test="t", exc=Mismatch("x"), calls=calls, tol=None,
+                   hidden=False) == ("", [])
+
+    class Exploding(Mistake):
+        def matches(self, ctx):
+            raise RuntimeError("boom")
+
+    monkeypatch.setitem(__import__("grader.mistakes", fromlist=["_catalogues"])._catalogues,
+                        "lab1_attention", [Exploding(id="x", name="x", hint="y")])
+    good = _sdpa_call(q, q, q, value=(q, q))
+    assert diagnose("lab1_attention", "t", Mismatch("x"), [good], TOL) == ""
+
+
+def test_diagnosis_stops_at_its_time_budget(monkeypatch):
+    class Slow(Mistake):
+        def matches(self, ctx):
+            time.sleep(0.2)
+            return False
+
+    class Late(Mistake):
+        def matches(self, ctx):
+            return True
+
+    import grader.mistakes as mistakes
+    monkeypatch.setitem(mistakes._catalogues, "lab1_attention",
+                        [Slow(id="s", name="s", hint="h"), Late(id="l", name="late", hint="h")])
+    q = torch.randn(1, 2, 4)
+    call = _sdpa_call(q, q, q, value=(q, q))
+    assert diagnose("lab1_attention", "t", Mismatch("x"), [call], TOL, budget_s=0.1) == ""
+    assert diagnose("lab1_attention", "t", Mismatch("x"), [call], TOL, budget_s=5.0) == "late: h"
+
+
+def test_only_diagnosable_failures_are_examined():
+    from grader.diagnose import diagnosable
+    from grader.student import StudentError
+    assert diagnosable(Mismatch("x"))
+    assert diagnosable(StudentError(kind="exception", type_name="RuntimeError"))
+    assert diagnosable(AssertionError("expected a ValueError to be raised, but ..."))
+    for kind in ("not_implemented", "timeout", "crash", "forbidden", "import"):
+        assert not diagnosable(StudentError(kind=kind))
+    assert not diagnosable(TypeError("cannot unpack"))
+
+
+def test_shape_mismatch_names_axes_and_suggests_transpose():
+    with pytest.raises(Mismatch) as info:
+        assert_close(torch.zeros(2, 5, 4, 8), torch.zeros(2, 4, 5, 8), tol=TOL, name="q",
+                     axes=("batch", "heads", "seq", "d_head"))
+    text = str(info.value)
+    assert "expected shape (batch, heads, seq, d_head) = (2, 4, 5, 8), got (2, 5, 4, 8)" in text
+    assert "transpose(1, 2)" in text
+
+
+# ------------------------------------------------------------------------------------------
+# the HTML report
+# ------------------------------------------------------------------------------------------
+
+
+class Page(HTMLParser):
+    """Rows (one per test) with their text and images."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.row, self.depth = [], None, 0
+        self.all_imgs = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tr" and "data-test" in attrs:
+            self.row = {"test": attrs["data-test"], "visibility": attrs["data-visibility"],
+                        "class": attrs.get("class", ""), "text": [], "imgs": []}
+            self.rows.append(self.row)
+        if tag == "img":
+            self.all_imgs.append(attrs.get("src", ""))
+            if self.row is not None:
+                self.row["imgs"].append(attrs.get("src", ""))
+        if tag in ("script", "link", "iframe"):
+            raise AssertionError(f"the report must be self-contained, found <{tag}>")
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.row = None
+
+    def handle_data(self, data):
+        if self.row is not None:
+            self.row["text"].append(data)
+
+
+def valid_png(data: bytes) -> bool:
+    """PNG signature, then chunks with correct CRCs, IHDR first and IEND last."""
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return False
+    pos, kinds = 8, []
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        if zlib.crc32(kind + body) != crc:
+            return False
+        kinds.append(kind)
+        pos += 12 + length
+    return kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds
+
+
+def parse(html_text: str) -> Page:
+    page = Page()
+    page.feed(html_text)
+    page.close()
+    return page
+
+
+VALUES = re.compile(r"expected -?\d|got -?\d|worst at|max error")
+
+
+@pytest.mark.parametrize("fixture", ["bug_mask_inverted", "bug_sin_cos_swapped"])
+def test_html_report_renders(fixture, graded, tmp_path):
+    breaks = tuple(expectation(fixture).get("breaks") or ())
+    result, _ = graded(fixture, breaks)
+    path = write_feedback_html(result, tmp_path / "feedback.html")
+    page = parse(path.read_text(encoding="utf-8"))
+    tests = [(lab.name, t) for lab in result.labs for t in lab.tests]
+    assert [r["test"] for r in page.rows] == [t.name for _, t in tests]
+    assert page.all_imgs, "a failing public test should have a picture"
+    for row, (_, t) in zip(page.rows, tests):
+        text = " ".join(row["text"])
+        assert ("pass" if t.passed else "FAIL") in text
+        if t.diagnosis:
+            assert name_of(t.diagnosis) in text
+        if t.visibility == "hidden":
+            assert not row["imgs"], f"hidden test {t.name} shows a picture"
+            assert not VALUES.search(text), f"hidden test {t.name} shows values: {text}"
+        for src in row["imgs"]:
+            assert src.startswith("data:image/png;base64,")
+            assert valid_png(base64.b64decode(src.split(",", 1)[1], validate=True))
+    assert all(src in [s for r in page.rows for s in r["imgs"]] for src in page.all_imgs)
+    # results.json and every other serialised view leave the arrays out
+    as_json = json.dumps(result.to_dict()) + json.dumps(result.to_gradescope())
+    assert "artifacts" not in as_json
+
+
+def test_pictures_of_attention_and_positional_encoding(graded):
+    for fixture, kind in (("bug_softmax_dim", "attention"), ("bug_exponent_i", "positional")):
+        result, _ = graded(fixture, tuple(expectation(fixture)["breaks"]))
+        pics = [p for _, t in failing(result) for p in t.artifacts]
+        assert pics and all(p["kind"] == kind for p in pics), fixture
+        for p in pics:
+            assert p["student"].dim() == 2 and p["student"].shape == p["expected"].shape
+            assert torch.allclose(p["difference"], p["student"] - p["expected"], equal_nan=True)
+
+
+def test_hidden_artifacts_are_never_drawn(tmp_path):
+    """A hand-built result carrying arrays on a hidden test: the page still shows none."""
+    pic = {"kind": "attention", "title": "secret", "student": torch.rand(3, 3),
+           "expected": torch.rand(3, 3), "difference": torch.zeros(3, 3), "rows": "q", "cols": "k"}
+    lab = LabResult(name="lab1_attention", title="Attention", file="lab1_attention.py", tests=[
+        TestResult(lab="lab1_attention", name="test_public", description="d", visibility="public",
+                   max_score=1, passed=False, message="m <b>", diagnosis="x: y", artifacts=[pic]),
+        TestResult(lab="lab1_attention", name="test_hidden", description="d", visibility="hidden",
+                   max_score=1, passed=False, message="m", diagnosis="x: y", artifacts=[pic]),
+    ])
+    text = render_feedback_html(SubmissionResult(submission="s<1>", labs=[lab]))
+    page = parse(text)
+    assert len(page.rows[0]["imgs"]) == 1 and not page.rows[1]["imgs"]
+    assert "m <b>" not in text and "m &lt;b&gt;" in text and "s&lt;1&gt;" in text
+    assert "artifacts" not in json.dumps(lab.to_dict())
+
+
+TINY_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
+
+
+def test_cli_grade_html_and_feedback_command(graded, monkeypatch, tmp_path):
+    from grader import cli
+    result, _ = graded("bug_sin_cos_swapped", ("lab3_positional",))
+    monkeypatch.setattr("grader.grading.grade_submission", lambda *a, **k: result)
+    monkeypatch.setattr("grader.feedback.picture_png", lambda picture: TINY_PNG)
+    assert cli.main(["grade", "whatever", "--out", str(tmp_path / "a"), "--html"]) == 0
+    assert cli.main(["feedback", "whatever", "--out", str(tmp_path / "b")]) == 0
+    for folder in ("a", "b"):
+        page = parse((tmp_path / folder / "feedback.html").read_text(encoding="utf-8"))
+        assert len(page.rows) == len(result.lab("lab3_positional").tests)
+        assert page.all_imgs and all(valid_png(base64.b64decode(src.split(",", 1)[1]))
+                                     for src in page.all_imgs)
+    assert (tmp_path / "a" / "results.json").is_file()
