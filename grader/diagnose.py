@@ -11,6 +11,10 @@ or running past the time budget, means "no diagnosis".
 The pictures (public tests only) are 2-D slices, kept in this process and never serialised:
 the student's attention weights beside the expected ones, or the student's positional
 encoding table beside the expected one (``grader.feedback`` draws them).
+
+Both need the references (``solutions/``) and the catalogue (``grader/mistakes/``), which only
+the grader's own bundles hold; where they are missing (a student release) there is simply no
+diagnosis and no picture.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import time
 import torch
 
 from grader.compare import Mismatch
-from grader.mistakes import Context, catalogue
 from grader.student import StudentError
 
 TIME_BUDGET_S = 3.0          # per failed test; past it the search stops without a diagnosis
@@ -40,13 +43,20 @@ def diagnosable(exc: BaseException) -> bool:
 
 def diagnose(lab: str, test: str, exc: BaseException, calls: list, tol,
              budget_s: float = TIME_BUDGET_S) -> str:
-    """``"<name>: <hint>"`` of the first catalogued mistake the calls show, or ``""``."""
-    ctx = _context(lab, test, exc, calls, tol)
-    if ctx is None:
+    """``"<name>: <hint>"`` of the first catalogued mistake the calls show, or ``""``
+    (also when anything goes wrong: the diagnosis never breaks grading)."""
+    try:
+        ctx = _context(lab, test, exc, calls, tol)
+        return "" if ctx is None else _diagnose(ctx, budget_s)
+    except Exception:  # noqa: BLE001
         return ""
+
+
+def _diagnose(ctx: Context, budget_s: float) -> str:
+    from grader.mistakes import catalogue
     deadline = time.monotonic() + budget_s
     with _one_thread():
-        for mistake in catalogue(lab):
+        for mistake in catalogue(ctx.lab):
             if time.monotonic() > deadline:
                 break
             try:
@@ -61,17 +71,22 @@ def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
             hidden: bool) -> tuple[str, list]:
     """(diagnosis, pictures) for a failed test; never raises. Hidden tests get no pictures."""
     diagnosis, pics = "", []
-    with _one_thread():
-        try:
-            if diagnosable(exc):
-                diagnosis = diagnose(lab, test, exc, calls, tol)
-        except Exception:  # noqa: BLE001 - never let feedback break grading
-            diagnosis = ""
-        if not hidden:
-            try:
-                pics = pictures(lab, test, exc, calls, tol)
-            except Exception:  # noqa: BLE001
-                pics = []
+    try:
+        with _one_thread():
+            ctx = _context(lab, test, exc, calls, tol)     # shared: replays are memoised
+            if ctx is not None and diagnosable(exc):
+                try:
+                    diagnosis = _diagnose(ctx, TIME_BUDGET_S)
+                except Exception:  # noqa: BLE001 - never let feedback break grading
+                    diagnosis = ""
+            sources = PICTURE_SOURCES.get(lab)
+            if ctx is not None and sources and not hidden:
+                try:
+                    pics = _pictures(ctx, sources)
+                except Exception:  # noqa: BLE001
+                    pics = []
+    except Exception:  # noqa: BLE001
+        return "", []
     return diagnosis, pics
 
 
@@ -90,6 +105,9 @@ def _one_thread():
 
 
 def _context(lab, test, exc, calls, tol) -> Context | None:
+    # Imported here: grader.mistakes (variants of the reference solutions) is grader-only
+    # material that a student release leaves out; without it there is simply no diagnosis.
+    from grader.mistakes import Context
     own = [c for c in calls if getattr(c, "lab", None) == lab and isinstance(c.req, dict)
            and c.req.get("target")]
     if not own:

@@ -29,7 +29,7 @@ from grader.feedback import render_feedback_html, write_feedback_html
 from grader.grading import grade_submission
 from grader.mistakes import LABS, Mistake, all_mistakes, catalogue
 from grader.plugin import GradingPlugin, lab_of
-from grader.results import LabResult, SubmissionResult, TestResult
+from grader import results
 from grader.rubric import Tolerance
 from grader.student import RecordedCall
 
@@ -341,6 +341,8 @@ def test_hidden_artifacts_are_never_drawn(tmp_path):
     """A hand-built result carrying arrays on a hidden test: the page still shows none."""
     pic = {"kind": "attention", "title": "secret", "student": torch.rand(3, 3),
            "expected": torch.rand(3, 3), "difference": torch.zeros(3, 3), "rows": "q", "cols": "k"}
+    LabResult, SubmissionResult, TestResult = (results.LabResult, results.SubmissionResult,
+                                               results.TestResult)
     lab = LabResult(name="lab1_attention", title="Attention", file="lab1_attention.py", tests=[
         TestResult(lab="lab1_attention", name="test_public", description="d", visibility="public",
                    max_score=1, passed=False, message="m <b>", diagnosis="x: y", artifacts=[pic]),
@@ -371,3 +373,45 @@ def test_cli_grade_html_and_feedback_command(graded, monkeypatch, tmp_path):
         assert page.all_imgs and all(valid_png(base64.b64decode(src.split(",", 1)[1]))
                                      for src in page.all_imgs)
     assert (tmp_path / "a" / "results.json").is_file()
+
+
+def test_mistake_implementations_without_the_mistake_are_the_reference():
+    """The switches of the trusted wrong implementations, all off, give the reference."""
+    from grader.mistakes.lab1_attention import attention, causal
+    from grader.mistakes.lab2_multihead import mha_class
+    from grader.mistakes.lab3_positional import sinusoidal_class, table
+    from grader.mistakes.lab4_transformer_block import block_class
+    from grader.reference import load_reference
+
+    g = torch.Generator().manual_seed(0)
+    ref1 = load_reference("lab1_attention")
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
+    mask = torch.rand(2, 1, 5, 5, generator=g) < 0.5
+    mask[0, 0, 2] = False                                  # a row with every key blocked
+    for m in (None, mask):
+        got, exp = attention(q, k, v, mask=m), ref1.scaled_dot_product_attention(q, k, v, mask=m)
+        assert all(torch.equal(a, b) for a, b in zip(got, exp))
+    assert torch.equal(causal(3, 7), ref1.causal_mask(3, 7))
+
+    ref3 = load_reference("lab3_positional")
+    for d in (6, 7):
+        assert torch.equal(table(9, d, 100.0), ref3.sinusoidal_positional_encoding(9, d, 100.0))
+    right = sinusoidal_class(ref3.SinusoidalPositionalEncoding, table)(8, max_len=12)
+    assert torch.equal(right.pe, ref3.SinusoidalPositionalEncoding(8, max_len=12).pe)
+
+    ref2 = load_reference("lab2_multihead")
+    torch.manual_seed(1)
+    a = ref2.MultiHeadAttention(8, 2)
+    b = mha_class(ref2.MultiHeadAttention)(8, 2)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 5, 8, generator=g)
+    assert all(torch.allclose(s, t) for s, t in zip(a(x, x, x, mask=mask[:, :, :5]),
+                                                   b(x, x, x, mask=mask[:, :, :5])))
+
+    ref4 = load_reference("lab4_transformer_block")
+    for norm_first in (False, True):
+        a = ref4.TransformerBlock(8, 2, 16, norm_first=norm_first, activation="gelu")
+        b = block_class(ref4.TransformerBlock)(8, 2, 16, norm_first=norm_first, activation="gelu")
+        b.load_state_dict(a.state_dict())
+        causal_mask = torch.ones(5, 5, dtype=torch.bool).tril()
+        assert torch.allclose(a(x, mask=causal_mask), b(x, mask=causal_mask))

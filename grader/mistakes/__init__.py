@@ -285,6 +285,14 @@ class Context:
     def matches_reference(self, call) -> bool:
         return same_answer(call, self.reference(call), self.tol)
 
+    @property
+    def evidence_first(self) -> list:
+        """The calls, those where the student differs from the reference first: a wrong
+        guess then fails on its first replay."""
+        if "_ordered" not in self._memo:
+            self._memo["_ordered"] = sorted(self.calls, key=self.matches_reference)
+        return self._memo["_ordered"]
+
 
 # --------------------------------------------------------------------------------------------
 # mistakes
@@ -316,7 +324,7 @@ class Replay(Mistake):
 
     def _variant_matches(self, impl: Impl, ctx: Context) -> bool:
         active = False
-        for call in ctx.calls:
+        for call in ctx.evidence_first:
             guess = ctx.run(impl, call)
             if not same_answer(call, guess, ctx.tol):
                 if ctx.is_random(call):
@@ -355,7 +363,7 @@ class DropoutStats(Mistake):
 
     def matches(self, ctx: Context) -> bool:
         active = False
-        for call in ctx.calls:
+        for call in ctx.evidence_first:
             s = self.site(call.req)
             if s is None or s.p <= 0.0 or s.p >= 1.0:
                 if not ctx.matches_reference(call) and not ctx.is_random(call):

@@ -210,7 +210,12 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
         mount("tmpfs", NEW_ROOT + tmp, "tmpfs", MS_NOSUID | MS_NODEV,
               f"size={tmp_size_mb}m,mode=1777")
     os.makedirs(NEW_ROOT + "/proc", mode=0o555)
-    mount("proc", NEW_ROOT + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    try:
+        mount("proc", NEW_ROOT + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except JailError:
+        # A container that masks parts of its /proc forbids a fresh one inside a user
+        # namespace: the worker then simply has no /proc (it needs none).
+        pass
     # The scaffolding (and every directory created above) becomes read-only.
     mount(None, NEW_ROOT, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
           "size=16m,mode=0755")
@@ -220,7 +225,13 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
 
 # --------------------------------------------------------------------------- limits
 
-def set_limits(limits: dict, *, own_tasks: int = 0) -> None:
+def mapped_bytes() -> int:
+    """The address space this process has mapped (a torch-loaded zygote: ~0.65 GB)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def set_limits(limits: dict, *, own_tasks: int = 0, vm_bytes: int | None = None) -> None:
     """rlimits; CPU soft == hard so a SIGXCPU handler cannot buy time."""
     def lim(which, value):
         hard = resource.getrlimit(which)[1]
@@ -240,8 +251,8 @@ def set_limits(limits: dict, *, own_tasks: int = 0) -> None:
     # so they are added in.
     lim(resource.RLIMIT_NPROC, int(limits["processes"]) + own_tasks)
     # The address-space cap counts what the zygote already mapped (torch: ~0.65 GB).
-    with open("/proc/self/statm") as fh:
-        vm_bytes = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    if vm_bytes is None:
+        vm_bytes = mapped_bytes()
     lim(resource.RLIMIT_AS, vm_bytes + (int(limits["memory_mb"]) << 20))
 
 
@@ -507,13 +518,14 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+    vm_bytes = mapped_bytes()   # read while the host's /proc is still there
     if mode in ("root", "userns"):
         build_root(submission=submission, read_only_paths=read_only_paths,
                    hide_paths=hide_paths, tmp_size_mb=int(limits["tmp_mb"]))
         folder, tmp = SUBMISSION_DIR, "/tmp"
     else:
         folder, tmp = submission, private_tmp or "/tmp"
-    set_limits(limits, own_tasks=own_tasks)
+    set_limits(limits, own_tasks=own_tasks, vm_bytes=vm_bytes)
     if change_uid:
         os.setgroups([])
         os.setgid(uid)
