@@ -251,7 +251,10 @@ def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        for rel in _files_under(package, exclude=(package / "suites" / "hidden",)):
+        # Not for students: the hidden suites, and the mistake catalogue (wrong variants of
+        # the reference code, close enough to the solutions to give them away).
+        for rel in _files_under(package, exclude=(package / "suites" / "hidden",
+                                                  package / "mistakes")):
             _copy(package / rel, staging / "grader" / rel)
         for rel in _files_under(exercises):
             _copy(exercises / rel, staging / "exercises" / rel)

@@ -315,18 +315,21 @@ def test_wall_clock_limit_kills_a_sleeper(worker):
     assert _gone(worker.pid)
 
 
-def test_cpu_limit_cannot_be_dodged_with_a_sigxcpu_handler(mode, scratch):
-    z = _zygote(mode, cpu_s=1)
+def test_cpu_limit_cannot_be_dodged_with_a_sigxcpu_handler(zyg, scratch):
+    default = zyg.limits
+    zyg.limits = Limits(cpu_s=1)      # limits travel with each spawn request
     try:
-        w = z.spawn(submission=scratch, lab=LAB, forbidden=[])
+        w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    finally:
+        zyg.limits = default
+    try:
         t0 = time.monotonic()
         with pytest.raises(WorkerDied):
             w.request({"op": "call", "target": "spin", "args": [30], "kwargs": {}},
                       timeout_s=20)
         assert time.monotonic() - t0 < 6   # killed by the CPU limit, not the wall clock
-        w.kill()
     finally:
-        z.close()
+        w.kill()
 
 
 def test_memory_file_size_and_open_files_are_capped(worker):
