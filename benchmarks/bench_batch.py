@@ -232,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"{work} already holds a class or gradebook; choose an empty folder")
     root.mkdir(parents=True)
     rubric = load_rubric(paths.RUBRIC)
+    load_start = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
-          f"{platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start")
+          f"{platform.python_version()}, load average {load_start:.2f} at start")
     print(f"building {args.students} students in {root} ...", flush=True)
     students = build_class(root, args.students)
     counts = {k: sum(s["kind"] == k for s in students) for k in ("correct", "one_bug", "broken")}
@@ -248,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
               for s in students]
     figures = {
         "students": args.students, "labs": len(rubric.labs), "jobs": jobs,
-        "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()[0],
+        "cpus": os.cpu_count(), "load_average_at_start": load_start,
+        "load_average_after_batch": os.getloadavg()[0],
         "batch": {"total_s": batch_s, "per_submission_s": batch_s / args.students,
                   "per_submission_per_core_s": batch_s * jobs / args.students,
                   "engine_mean_s": statistics.fmean(engine),
@@ -295,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{nb['samples']} correct measured (scored {scores} of "
                      f"{nb['max_score']:g}), x{n} extrapolated", nb["per_submission_s"] / per))
 
-    print(f"\n{n} students x {len(rubric.labs)} labs on {os.cpu_count()} CPUs")
+    print(f"\n{n} students x {len(rubric.labs)} labs on {os.cpu_count()} CPUs (1-minute load "
+          f"average {load_start:.1f} at the start, {figures['load_average_after_batch']:.1f} "
+          "after the batch; other work on the machine slows every row)")
     print(f"{'method':42s} {'per submission':>15s} {'total':>10s} {'vs batch':>9s}  how")
     for name, each, total, how, ratio in rows:
         print(f"{name:42s} {each:13.2f} s {duration(total):>10s} {ratio:8.1f}x  {how}")
