@@ -47,6 +47,7 @@ from pathlib import Path
 from grader import paths
 from grader.gradebook import build_gradebook, failed_result, read_results
 from grader.results import atomic_write_text, write_gradescope
+from grader.feedback import write_feedback_html
 from grader.rubric import Rubric, load_rubric
 
 ZIP_MAX_MEMBERS = 200
@@ -121,7 +122,7 @@ def submission_digest(entry: Entry) -> str:
     """sha256 of what is graded: the zip's bytes, or every file of the folder (by path)."""
     h = hashlib.sha256()
     if entry.problem:
-        h.update(b"problem\0" + entry.problem.encode())
+        h.update(b"problem\0" + entry.problem.encode("utf-8", "surrogateescape"))
     elif entry.kind == "zip":
         h.update(b"zip\0")
         _hash_file(h, entry.path)
@@ -130,9 +131,9 @@ def submission_digest(entry: Entry) -> str:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
             for name in sorted(filenames):
                 path = Path(dirpath) / name
-                rel = path.relative_to(entry.path).as_posix().encode()
+                rel = os.fsencode(path.relative_to(entry.path).as_posix())  # any name bytes
                 if path.is_symlink():
-                    h.update(b"link\0" + rel + b"\0" + os.readlink(path).encode() + b"\0")
+                    h.update(b"link\0" + rel + b"\0" + os.fsencode(os.readlink(path)) + b"\0")
                 elif path.is_file():
                     h.update(b"file\0" + rel + b"\0" + str(path.stat().st_size).encode() + b"\0")
                     with contextlib.suppress(OSError):   # unreadable: graded as such
@@ -259,7 +260,7 @@ def _student_dir(out: Path, student: str) -> Path:
 
 
 def write_student(out: Path, student: str, result, fingerprint: dict | None) -> None:
-    """results.json, then (when the result may be reused) fingerprint.json, both atomic.
+    """results.json and feedback.html, then (when reusable) fingerprint.json, all atomic.
 
     The old fingerprint goes first: a kill at any point leaves either no fingerprint (the
     student is graded again) or a fingerprint that matches the results beside it.
@@ -268,6 +269,7 @@ def write_student(out: Path, student: str, result, fingerprint: dict | None) -> 
     with contextlib.suppress(FileNotFoundError):
         (folder / "fingerprint.json").unlink()
     write_gradescope(result, folder / "results.json")
+    write_feedback_html(result, folder / "feedback.html")
     if fingerprint is not None:
         atomic_write_text(folder / "fingerprint.json", json.dumps(fingerprint, indent=2) + "\n")
 
@@ -560,11 +562,16 @@ class Progress:
         step = max(1, self.total // 20)
         if self.done == self.total or self.done % step == 0 or now - self.last_line > 30:
             self.last_line = now
-            # The pace of the latest students: not skewed by the start-up, nor by the
-            # rejected zips that were written at once.
+            # The pace of the latest ETA_WINDOW students: once they are all past the
+            # start-up, neither it nor the rejected zips (written at once) skew it.
             span = self.recent[-1] - self.recent[0]
-            eta = (_duration(span / (len(self.recent) - 1) * (self.total - self.done))
-                   if len(self.recent) > 1 and span > 0 else "?")
+            left = self.total - self.done
+            if not left:
+                eta = "0s"
+            elif len(self.recent) > 1 and span > 0:
+                eta = _duration(span / (len(self.recent) - 1) * left)
+            else:
+                eta = "?"
             print(f"graded {self.done}/{self.total}" + (f" ({failed})" if failed else "")
                   + f"  elapsed {_duration(now - self.started)}  ETA {eta}",
                   file=self.stream, flush=True)

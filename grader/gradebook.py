@@ -187,7 +187,9 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     lab_names = list(rubric.labs)
     tally = _Tally(rubric)
     not_ok = 0
-    with atomic_open(out / "grades.csv", "w", encoding="utf-8", newline="") as fh:
+    # backslashreplace: a student id that is not valid UTF-8 (a raw file name) stays readable
+    with atomic_open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace",
+                     newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["student", *lab_names, "total", "max_total", "status"])
         for student in students:

@@ -15,6 +15,7 @@ import ast
 import contextlib
 import os
 import stat
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,6 +264,17 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
     started = time.monotonic()
     rubric = rubric or load_rubric(paths.RUBRIC)
     submission = Path(submission)
+    if submission.suffix.lower() == ".zip" and submission.is_file() and not submission.is_symlink():
+        from grader.batch import ZipRejected, unpack_zip  # the same safe unpacking as batch
+
+        with tempfile.TemporaryDirectory(prefix="grader-zip-") as tmp:
+            try:
+                unpack_zip(submission, Path(tmp) / "submission")
+            except ZipRejected as exc:
+                raise SubmissionError(f"{submission}: {exc}") from None
+            return grade_submission(Path(tmp) / "submission", rubric=rubric, labs=labs,
+                                    visibility=visibility, zygote=zygote,
+                                    name=name or submission.stem)
     labs = list(labs or rubric.labs)
     for lab in labs:
         if lab not in rubric.labs:

@@ -57,3 +57,13 @@ def test_validate_passes_on_the_course():
     proc = run("validate")
     assert proc.returncode == 0, proc.stdout
     assert "FAIL" not in proc.stdout
+
+
+def test_grade_accepts_a_zip_and_writes_html_feedback(tmp_path):
+    zipped = paths.COURSE / "examples" / "submissions" / "cy_missing_lab3.zip"
+    proc = run("grade", str(zipped), "--out", str(tmp_path), "--lab", "lab3_positional", "--html")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["score"] == 0
+    assert "lab3_positional.py was not found in the submission" in data["output"]
+    assert (tmp_path / "feedback.html").read_text().lstrip().lower().startswith("<!doctype html")

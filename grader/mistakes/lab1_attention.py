@@ -77,16 +77,18 @@ NAMES = {
                     "take the softmax over the keys, the last axis (dim=-1), so that each "
                     "query's weights sum to 1; another axis normalises over the queries"),
     "mask_inverted": ("mask polarity inverted",
-                      "in these labs True means 'may attend': put -inf where the mask is False "
-                      "(scores.masked_fill(~mask, float('-inf'))), not where it is True"),
+                      "in these labs True means 'may attend': the blocked keys are where the "
+                      "mask is False (~mask), so those scores get -inf, not the ones where it "
+                      "is True"),
     "mask_after_softmax": ("mask applied after the softmax",
                            "set the blocked scores to -inf before the softmax, so the allowed "
                            "keys' weights are renormalised to sum to 1; zeroing weights after "
                            "the softmax leaves rows that sum to less than 1"),
     "nan_blocked_rows": ("NaN on all-blocked rows",
                          "a query whose keys are all blocked takes a softmax over only -inf, "
-                         "which is 0/0 = NaN; find such rows (~mask.any(-1, keepdim=True)), "
-                         "give them a finite score before the softmax and zero weights after"),
+                         "which is 0/0 = NaN; find the rows with no allowed key (mask.any over "
+                         "the key axis is False), give them a finite score before the softmax "
+                         "and zero weights after"),
     "dropout_in_eval": ("dropout in eval mode",
                         "apply attention dropout only when training "
                         "(F.dropout(weights, p, training=training)); F.dropout's training "

@@ -196,7 +196,7 @@ class Server:
         target = getattr(module, req["target"], None)
         if target is None:
             raise AttributeError(f"{self.lab}.py has no {req['target']}")
-        torch.manual_seed(req.get("seed", 0))
+        torch.default_generator.manual_seed(int(req.get("seed", 0)))  # CPU only: ~100x cheaper than torch.manual_seed
         if req.get("ctor") is not None:
             obj = target(*req["ctor"]["args"], **req["ctor"]["kwargs"])
             if not isinstance(obj, torch.nn.Module):
@@ -206,7 +206,7 @@ class Server:
             if req.get("state_dict") is not None:
                 obj.load_state_dict(req["state_dict"], strict=True)
             obj.train(bool(req.get("train", False)))
-            torch.manual_seed(req.get("seed", 0))
+            torch.default_generator.manual_seed(int(req.get("seed", 0)))  # CPU only: ~100x cheaper than torch.manual_seed
             if op == "state_dict":
                 return {k: v for k, v in obj.state_dict().items()}
             if op == "buffer":
