@@ -45,7 +45,7 @@ def visibility_of(item) -> str:
     return Path(str(item.fspath)).parent.name
 
 
-def describe_failure(exc: BaseException, *, hidden: bool, description: str, stdout: str) -> str:
+def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
     """What the student reads for a failed test; hidden tests never show values."""
     if isinstance(exc, Mismatch):
         text = exc.hidden if hidden else exc.public
@@ -108,7 +108,6 @@ class GradingPlugin:
             message, diagnosis, artifacts = "", "", []
             if report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
-                                           description=description,
                                            stdout=self.session.last_stdout)
                 if report.when == "call":
                     diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
