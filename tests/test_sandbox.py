@@ -489,7 +489,11 @@ def test_forbidden_api_bypasses_are_blocked(zygotes, scratch, tmp_path, how):
         w.kill()
     result = reply.get("ok", "")
     assert result.startswith("blocked"), reply
-    if how not in ANY_BLOCK:
+    if how == "gc" and result.startswith("blocked: LookupError"):
+        # The zygote's heap is frozen (gc.freeze): gc.get_objects() cannot even list the
+        # original function, so the scan finds nothing to call.
+        assert reply["forbidden"] == [], reply
+    elif how not in ANY_BLOCK:
         # reported by name even though the student caught the exception
         assert reply["forbidden"] == ["torch.nn.functional.scaled_dot_product_attention"] or (
             how.startswith("mha") and reply["forbidden"]), reply

@@ -107,6 +107,7 @@ class Worker:
     keeper: int | None = None
     alive: bool = True
     _last_pid: int = 0          # the newest pid seen at the last check (wrap detection)
+    _clean_at: int | None = None  # the newest pid when a scan last found no children
 
     def request(self, req: dict, *, timeout_s: float):
         """Send one request and wait for its reply, at most ``timeout_s`` seconds."""
@@ -133,12 +134,19 @@ class Worker:
         """
         if not self.alive:
             return False
+        last = _last_pid()
+        # No process was created anywhere since a scan found none: there is still none,
+        # and the scan of /proc (the costly part, run before every test) is skipped.
+        if last is not None and last == self._clean_at:
+            return False
         # Pids grow until they wrap at pid_max, so a child of the worker has a larger pid
         # than the worker unless the counter wrapped since: then every process is looked at.
-        last = _last_pid()
         wrapped = last is None or last < max(self._last_pid, self.pid)
         self._last_pid = last or 0
-        return bool(children_of(self.pid, above=None if wrapped else self.pid))
+        found = bool(children_of(self.pid, above=None if wrapped else self.pid))
+        # ``last`` was read before the scan: a child born during it moves the counter on.
+        self._clean_at = None if found else last
+        return found
 
     def kill(self) -> None:
         """End the worker and everything it started (its PID namespace, or its session)."""
