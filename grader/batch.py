@@ -303,14 +303,15 @@ def _zygote_alive(zygote) -> bool:
     return proc is not None and proc.poll() is None
 
 
-def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
+def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote, runner=None) -> dict:
     """Grade one student in this (trusted) process and write their files; never raises."""
     from grader.grading import SubmissionError, grade_submission
     from grader.sandbox import SandboxError
+    from grader.suite_runner import RunnerError
 
     student, started, cpu = task["student"], time.monotonic(), cpu_seconds(zygote)
     fingerprint = task["fingerprint"]
-    restart = False
+    restart = restart_runner = False
     try:
         with contextlib.ExitStack() as stack:
             folder = Path(task["path"])
@@ -318,7 +319,8 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
                 private = tempfile.TemporaryDirectory(prefix="grader-zip-")   # mode 0700
                 folder = Path(stack.enter_context(private))
                 unpack_zip(Path(task["path"]), folder)
-            result = grade_submission(folder, rubric=rubric, zygote=zygote, name=student)
+            result = grade_submission(folder, rubric=rubric, zygote=zygote, name=student,
+                                      runner=runner)
         if not _zygote_alive(zygote):
             # Every call after the zygote died failed as a "crash": not the student's doing.
             raise SandboxError("the sandbox zygote stopped during grading")
@@ -330,10 +332,12 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, zygote) -> dict:
         result = failed_result(student, rubric, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}")
         fingerprint = None                       # not the student's doing: try again next run
         restart = isinstance(exc, SandboxError) or not _zygote_alive(zygote)
+        restart_runner = isinstance(exc, RunnerError)
     write_student(out, student, result, fingerprint)
     return {"student": student, "status": result.status, "total": result.score,
             "seconds": time.monotonic() - started, "cpu_s": cpu_seconds(zygote) - cpu,
-            "rss_mb": resident_mb(), "restart_zygote": restart}
+            "rss_mb": resident_mb(), "restart_zygote": restart,
+            "restart_runner": restart_runner}
 
 
 def _die_with_parent() -> None:
@@ -363,8 +367,13 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
     torch.set_num_threads(1)
     import grader.grading  # noqa: F401 - the engine (pytest, the plugin), once, up front
 
+    from grader.suite_runner import SuiteRunner
+
     try:
         zygote = _start_zygote(rubric, slot)
+        # One pytest session for every student of this process: the suites are
+        # configured, imported and collected once, not once per student.
+        runner = SuiteRunner(rubric=rubric).start()
     except Exception as exc:  # noqa: BLE001 - reported to the batch, which stops
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -381,12 +390,16 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
                 break
             if task is None:
                 break
-            reply = grade_task(task, rubric=rubric, out=out, zygote=zygote)
+            reply = grade_task(task, rubric=rubric, out=out, zygote=zygote, runner=runner)
+            if reply.pop("restart_runner"):
+                runner.close()
+                runner = SuiteRunner(rubric=rubric).start()
             if reply.pop("restart_zygote"):
                 zygote.close()
                 zygote = _start_zygote(rubric, slot)
             conn.send(("done", reply))
     finally:
+        runner.close()
         zygote.close()
 
 

@@ -20,14 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from grader import paths
-from grader.plugin import GradingPlugin, Outcome
+from grader.plugin import Outcome
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, load_rubric
 from grader.sandbox import Zygote, make_scratch
 from grader.student import Session
+from grader.suite_runner import SuiteRunner
 
 MAX_FILE_BYTES = 1 << 20      # a lab file larger than 1 MiB is refused
 SEARCH_DEPTH = 3              # lab files may sit this many folders deep (zipped folders)
@@ -171,42 +170,23 @@ def required_names(filename: str) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
 
 
-def _suite_files(lab: str, visibility: tuple[str, ...]) -> list[str]:
-    return [str(f) for v in visibility
-            if (f := paths.SUITES / v / f"test_{lab}.py").is_file()]
-
-
-# Built-in pytest plugins that grading never uses but that cost time on every run: the
-# unraisable-exception hook ends each run with two full gc.collect() passes (0.1-0.3 s
-# each once torch is loaded), and threadexception/logging/faulthandler wrap every test.
-# Outcomes do not depend on them (warnings are off already; the suites use no caplog).
-QUIET_PLUGINS = ("-p", "no:unraisableexception", "-p", "no:threadexception",
-                 "-p", "no:logging", "-p", "no:faulthandler")
-
-
 def run_suites(session: Session, rubric: Rubric, labs: list[str],
-               visibility: tuple[str, ...]) -> tuple[list[Outcome], list[str]]:
-    """Run the suites of ``labs`` under pytest in this (trusted) process."""
-    files = [f for lab in labs for f in _suite_files(lab, visibility)]
-    if not files:
+               visibility: tuple[str, ...], *,
+               runner: SuiteRunner | None = None) -> tuple[list[Outcome], list[str]]:
+    """Run the suites of ``labs`` under pytest in this (trusted) process.
+
+    ``runner``: a started ``SuiteRunner`` with these labs and visibility, reused across
+    submissions (a batch); without one, a runner is started for this call and closed.
+    """
+    if runner is not None:
+        if runner.visibility != tuple(visibility):
+            raise ValueError(f"the runner runs {runner.visibility} suites, not {visibility}")
+        return runner.run(session, labs)
+    if not labs:
         return [], []
-    plugin = GradingPlugin(rubric=rubric, session=session)
-    args = [*files, "-c", str(paths.SUITES / "pytest.ini"), "--rootdir", str(paths.SUITES),
-            "--import-mode=importlib", "-p", "no:terminal", "-p", "no:cacheprovider",
-            "-p", "no:warnings", *QUIET_PLUGINS]
-    # No third-party plugin autoload: scanning entry points costs ~1 s per run, and only
-    # our plugin belongs in a grading session.
-    saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    try:
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-            pytest.main(args, plugins=[plugin])
-    finally:
-        if saved is None:
-            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
-        else:
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
-    return plugin.outcomes, plugin.collection_errors
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), \
+            SuiteRunner(rubric=rubric, labs=labs, visibility=visibility) as own:
+        return own.run(session, labs)
 
 
 def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tuple[str, ...],
@@ -259,8 +239,13 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
 def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                      labs: list[str] | None = None,
                      visibility: tuple[str, ...] = ("public", "hidden"),
-                     zygote: Zygote | None = None, name: str | None = None) -> SubmissionResult:
-    """Grade one submission (a folder of lab files, or one lab file)."""
+                     zygote: Zygote | None = None, name: str | None = None,
+                     runner: SuiteRunner | None = None) -> SubmissionResult:
+    """Grade one submission (a folder of lab files, or one lab file).
+
+    ``zygote`` and ``runner`` (a started ``SuiteRunner``) are reused when given, as a
+    batch does for every student of a grading process; otherwise started and closed here.
+    """
     started = time.monotonic()
     rubric = rubric or load_rubric(paths.RUBRIC)
     submission = Path(submission)
@@ -274,7 +259,7 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                 raise SubmissionError(f"{submission}: {exc}") from None
             return grade_submission(Path(tmp) / "submission", rubric=rubric, labs=labs,
                                     visibility=visibility, zygote=zygote,
-                                    name=name or submission.stem)
+                                    name=name or submission.stem, runner=runner)
     labs = list(labs or rubric.labs)
     for lab in labs:
         if lab not in rubric.labs:
@@ -301,7 +286,8 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                 problems[lab] = ("import_error", error.describe(hidden=False))
             else:
                 runnable.append(lab)
-        outcomes, collection_errors = run_suites(session, rubric, runnable, visibility)
+        outcomes, collection_errors = run_suites(session, rubric, runnable, visibility,
+                                                 runner=runner)
     finally:
         session.close()
         scratch.cleanup()

@@ -1,0 +1,101 @@
+"""The long-lived pytest session (grader.suite_runner) and the memoized references.
+
+A batch grades every student of a grading process through one ``SuiteRunner`` (the suites
+collected once) and one reference cache; both must give exactly the result that a fresh
+``pytest.main`` per submission gives, whatever came before in the same process.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import make_submission
+from grader import paths
+from grader.grading import grade_submission
+from grader.suite_runner import SuiteRunner
+from grader.suites import _inputs
+
+# One of each outcome, in an order where a failing, a crashing and a missing lab come
+# before and after full marks: what one student leaves behind must not reach the next.
+SEQUENCE = ["bug_softmax_dim", "ok_einsum", "broken_syntax", "missing_lab3",
+            "bug_no_scale", "solutions"]
+
+
+def _comparable(result) -> dict:
+    """The result without timings (the only thing two runs may differ in)."""
+    d = result.to_dict()
+    d.pop("execution_time", None)
+    for lab in d.get("labs", []):
+        for test in lab.get("tests", []):
+            test.pop("duration_s", None)
+    return d
+
+
+def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path):
+    folders = [paths.SOLUTIONS if name == "solutions" else
+               make_submission(name, tmp_path / name) for name in SEQUENCE]
+    with SuiteRunner(rubric=rubric) as runner:
+        shared = [grade_submission(f, rubric=rubric, zygote=zygote, runner=runner, name=n)
+                  for f, n in zip(folders, SEQUENCE)]
+    for folder, name, got in zip(folders, SEQUENCE, shared):
+        fresh = grade_submission(folder, rubric=rubric, zygote=zygote, name=name)
+        assert _comparable(got) == _comparable(fresh), name
+    scores = {name: r.score for name, r in zip(SEQUENCE, shared)}
+    assert scores["solutions"] == scores["ok_einsum"] == rubric.max_points
+    assert scores["bug_softmax_dim"] < rubric.max_points
+    assert scores["broken_syntax"] < rubric.max_points
+    # every rubric test got a result in every submission
+    for result in shared:
+        assert sum(len(lab.tests) for lab in result.labs) == sum(
+            len(spec.tests) for spec in rubric.labs.values())
+
+
+def test_runner_runs_only_the_labs_asked_for(rubric, zygote):
+    lab = next(iter(rubric.labs))
+    with SuiteRunner(rubric=rubric) as runner:
+        result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote,
+                                  runner=runner, labs=[lab])
+    assert [l.name for l in result.labs] == [lab]
+    assert result.score == rubric.labs[lab].max_points
+
+
+def test_runner_refuses_labs_and_visibility_it_was_not_built_for(rubric, zygote):
+    first, second = list(rubric.labs)[:2]
+    with SuiteRunner(rubric=rubric, labs=[first]) as runner:
+        with pytest.raises(ValueError, match=second):
+            grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote, runner=runner,
+                             labs=[second])
+    with SuiteRunner(rubric=rubric, visibility=("public",)) as runner:
+        with pytest.raises(ValueError, match="public"):
+            grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote, runner=runner)
+
+
+def test_memoized_reference_is_keyed_on_values_and_hands_out_copies():
+    calls = []
+
+    @_inputs.memoized_reference
+    def double(x, *, mask=None):
+        calls.append(1)
+        return x * 2, mask
+
+    a = torch.arange(4.0)
+    first, _ = double(a)
+    first.zero_()                                     # the caller's copy only
+    again, _ = double(torch.arange(4.0))              # equal values, another tensor
+    assert torch.equal(again, torch.arange(4.0) * 2) and len(calls) == 1
+    double(torch.arange(4.0, dtype=torch.float64))    # another dtype: computed anew
+    double(torch.arange(4.0).reshape(2, 2))           # another shape
+    double(a, mask=torch.ones(4, dtype=torch.bool))   # another keyword value
+    assert len(calls) == 4
+
+
+def test_memoized_references_equal_the_computation():
+    gen = torch.Generator().manual_seed(3)
+    sd = _inputs.block_weights(gen, 16, 32)
+    x = _inputs.randn(gen, 2, 5, 16)
+    cached = _inputs.block_reference_output(sd, 16, 4, 32, x, norm_first=True)
+    direct = _inputs.block_reference_output.__wrapped__(sd, 16, 4, 32, x, norm_first=True)
+    assert torch.equal(cached, direct)
+    assert torch.equal(_inputs.block_reference_output(sd, 16, 4, 32, x, norm_first=True),
+                       direct)
