@@ -97,6 +97,27 @@ class GradingPlugin:
         self.session.start_test(self._rubric_test(item).time_limit_s)
         self.session.last_stdout = ""
 
+    @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_makereport")
+    def pytest_runtest_makereport_plain(self, item, call):
+        """A failed test's report without pytest's formatted traceback.
+
+        Nothing reads that traceback (students get ``describe_failure``'s message, and no
+        terminal is attached), yet formatting it reads and parses the suites' source for
+        every failure: 50 ms a failed test here, most of a buggy submission's grading time.
+        Skips, and anything unusual, keep pytest's own report.
+        """
+        excinfo = call.excinfo
+        if (excinfo is None or not isinstance(excinfo, pytest.ExceptionInfo)
+                or isinstance(excinfo.value, (pytest.skip.Exception, BaseExceptionGroup))):
+            return None
+        try:
+            text = f"{excinfo.typename}: {excinfo.value}"[:2000]
+        except Exception:  # noqa: BLE001 - an exception whose str() fails
+            text = excinfo.typename
+        return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1),
+                                 "failed", text, call.when, (), call.duration, call.start,
+                                 call.stop, user_properties=item.user_properties)
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         outcome = yield

@@ -13,6 +13,7 @@ import torch
 from conftest import make_submission
 from grader import paths
 from grader.grading import grade_submission
+from grader.memo import memoized
 from grader.suite_runner import SuiteRunner
 from grader.suites import _inputs
 
@@ -74,7 +75,7 @@ def test_runner_refuses_labs_and_visibility_it_was_not_built_for(rubric, zygote)
 def test_memoized_reference_is_keyed_on_values_and_hands_out_copies():
     calls = []
 
-    @_inputs.memoized_reference
+    @memoized
     def double(x, *, mask=None):
         calls.append(1)
         return x * 2, mask

@@ -35,6 +35,8 @@ from typing import Callable
 
 import torch
 
+from grader.memo import ValueCache, copy_value, value_key
+
 __all__ = ["Context", "DropoutSite", "DropoutStats", "Impl", "Mistake", "Replay", "Rule",
            "catalogue", "close", "replay", "LABS"]
 
@@ -115,12 +117,18 @@ class Result:
         return self.error is None
 
 
+def _seed(seed) -> None:
+    """The CPU generator only, as the worker seeds it: torch.manual_seed also queues a CUDA
+    seeding whose bookkeeping formats a stack trace on every call (~3 ms here)."""
+    torch.default_generator.manual_seed(int(seed))
+
+
 def build_module(impl: Impl, req: dict):
     """The module a request describes, built as the worker builds it (seeded, typed, loaded)."""
     cls = impl.resolve(req["target"])
     if cls is None:
         raise AttributeError(f"{impl.lab} has no {req['target']}")
-    torch.manual_seed(req.get("seed", 0))
+    _seed(req.get("seed", 0))
     obj = cls(*_clone(req["ctor"]["args"]), **_clone(req["ctor"]["kwargs"]))
     if req.get("dtype") in ("float32", "float64"):
         obj.to(getattr(torch, req["dtype"]))
@@ -141,13 +149,31 @@ def replay(impl: Impl, req: dict) -> Result:
             return Result(error=exc)
 
 
+_REPLAYS = ValueCache()
+
+
+def cached_replay(impl: Impl, req: dict) -> Result:
+    """``replay``, computed once per process for each implementation and request.
+
+    The suites' requests are the same for every submission (seeded inputs), so a class
+    that makes the same mistake asks for the same replays again and again.
+    """
+    try:
+        key = (impl.key(), value_key(req))
+    except TypeError:
+        return replay(impl, req)
+    # The entry keeps ``impl`` alive: the ids in its key cannot be reused while it exists.
+    _, result = _REPLAYS.get_or_compute(key, lambda: (impl, replay(impl, req)))
+    return Result(value=copy_value(result.value), error=result.error)
+
+
 def _answer(impl: Impl, req: dict):
     op = req.get("op")
     if op not in ("call", "grad", "state_dict", "buffer"):
         raise ReplayError(f"cannot replay op {op!r}")
     if req.get("ctor") is not None:
         obj = build_module(impl, req)
-        torch.manual_seed(req.get("seed", 0))
+        _seed(req.get("seed", 0))
         if op == "state_dict":
             return {k: v.detach().clone() for k, v in obj.state_dict().items()}
         if op == "buffer":
@@ -158,7 +184,7 @@ def _answer(impl: Impl, req: dict):
         fn = impl.resolve(req["target"])
         if fn is None:
             raise AttributeError(f"{impl.lab} has no {req['target']}")
-        torch.manual_seed(req.get("seed", 0))
+        _seed(req.get("seed", 0))
     args, kwargs = _clone(list(req.get("args", []))), _clone(dict(req.get("kwargs", {})))
     if op == "call":
         # Grad mode on, as in the worker: PyTorch modules take other code paths under no_grad
@@ -270,7 +296,7 @@ class Context:
         """``impl``'s answer to ``call`` (or to ``req``, a variant of it), memoised."""
         key = (impl.key(), id(call), tag)
         if key not in self._memo:
-            self._memo[key] = replay(impl, req if req is not None else call.req)
+            self._memo[key] = cached_replay(impl, req if req is not None else call.req)
         return self._memo[key]
 
     def reference(self, call) -> Result:

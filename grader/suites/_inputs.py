@@ -7,68 +7,13 @@ References are computed in float64 (also for float32 tests) and cast to the dtyp
 must return, so a float32 comparison measures only the student's own rounding.
 """
 
-import functools
 import math
-from collections import OrderedDict
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# --------------------------------------------------------------------------------------------
-# memoized references
-# --------------------------------------------------------------------------------------------
-
-REFERENCE_CACHE_SIZE = 512
-
-
-def _cache_key(value):
-    """A hashable key that is equal exactly when the values are (tensors by dtype, shape, bytes)."""
-    if isinstance(value, torch.Tensor):
-        data = value.detach().contiguous()
-        return ("tensor", str(data.dtype), tuple(data.shape), data.numpy().tobytes())
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _cache_key(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_cache_key(v) for v in value))
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return (type(value).__name__, value)
-    raise TypeError(f"cannot key a reference cache on a {type(value).__name__}")
-
-
-def _copy(value):
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, tuple):
-        return tuple(_copy(v) for v in value)
-    return value
-
-
-def memoized_reference(fn):
-    """Cache a pure reference function on its arguments' values (not their identity).
-
-    Every test draws its inputs from a generator seeded by the test's id, so each submission
-    of a batch asks for the same references: one grading process computes each of them once
-    (building a float64 ``nn.TransformerEncoderLayer`` costs far more than the lookup). Only
-    for functions of their arguments alone: no global random state, no autograd results.
-    Callers get copies, so a test that modifies what it got cannot change the cache.
-    """
-    cache: OrderedDict = OrderedDict()
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        key = (_cache_key(args), _cache_key(kwargs))
-        if key in cache:
-            cache.move_to_end(key)
-        else:
-            cache[key] = fn(*args, **kwargs)
-            if len(cache) > REFERENCE_CACHE_SIZE:
-                cache.popitem(last=False)
-        return _copy(cache[key])
-
-    wrapper.cache = cache
-    return wrapper
-
+from grader.memo import memoized
 
 # --------------------------------------------------------------------------------------------
 # inputs
@@ -125,7 +70,7 @@ def attention_output64(q, k, v, mask=None):
     return out
 
 
-@memoized_reference
+@memoized  # the same for every submission: computed once per grading process
 def attention_reference(q, k, v, mask=None):
     """(output, weights) expected from scaled_dot_product_attention, in q's dtype."""
     return (attention_output64(q, k, v, mask).to(q.dtype),
@@ -185,7 +130,7 @@ def mha_run64(ref, query, key, value, mask=None):
     return out, w
 
 
-@memoized_reference
+@memoized  # the same for every submission: computed once per grading process
 def mha_reference_outputs(sd, d_model, num_heads, query, key, value, mask=None):
     """Expected (output, weights) of the student's MultiHeadAttention, in query's dtype."""
     ref = mha_reference(sd, d_model, num_heads)
@@ -237,7 +182,7 @@ def feedforward_weights(gen, d_model, d_ff, prefix=""):
     }
 
 
-@memoized_reference
+@memoized  # the same for every submission: computed once per grading process
 def feedforward_reference(sd, x, activation):
     """linear2(activation(linear1(x))) in float64, returned in x's dtype."""
     act = F.relu if activation == "relu" else F.gelu
@@ -279,7 +224,7 @@ def block_run64(ref, x, mask=None):
     return ref(x, src_mask=None if mask is None else ~mask)
 
 
-@memoized_reference
+@memoized  # the same for every submission: computed once per grading process
 def block_reference_output(sd, d_model, num_heads, d_ff, x, mask=None, norm_first=False, activation="relu"):
     """Expected output of the student's TransformerBlock, in x's dtype."""
     ref = block_reference(sd, d_model, num_heads, d_ff, norm_first, activation)
@@ -299,7 +244,7 @@ def block_param_grads(ref):
 # --------------------------------------------------------------------------------------------
 
 
-@memoized_reference
+@memoized  # the same for every submission: computed once per grading process
 def sinusoidal64(seq_len, d_model, base=10000.0):
     """The closed form in float64: PE[pos, 2i] = sin(pos / base**(2i/d)), PE[pos, 2i+1] = cos(same)."""
     pos = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)
