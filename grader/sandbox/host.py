@@ -168,10 +168,16 @@ class Worker:
             self.lifeline = None
 
 
+_LAST_PID_FD: list[int] = []    # kept open: read before every test, pread needs no seek
+
+
 def _last_pid() -> int | None:
+    """The pid most recently given out in this PID namespace (None where unreadable)."""
     try:
-        with open("/proc/sys/kernel/ns_last_pid", "rb") as fh:
-            return int(fh.read())
+        if not _LAST_PID_FD:
+            _LAST_PID_FD.append(os.open("/proc/sys/kernel/ns_last_pid",
+                                        os.O_RDONLY | os.O_CLOEXEC))
+        return int(os.pread(_LAST_PID_FD[0], 32, 0))
     except (OSError, ValueError):
         return None
 
