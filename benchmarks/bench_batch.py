@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     baseline_dir = work / "pytest-baseline"
     baseline_dir.mkdir()
-    figures["pytest_per_process"] = pytest_per_process(root, sample, out, baseline_dir)
+    figures["pytest_per_process"] = (pytest_per_process(root, sample, out, baseline_dir)
+                                     if sample else "not measured (--baseline-sample 0)")
     if args.no_nbgrader:
         figures["nbgrader"] = "not measured (--no-nbgrader)"
     else:
@@ -283,12 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     per = figures["batch"]["per_submission_s"]
     rows = [(f"grader batch, {jobs} process(es)", per, batch_s, "measured, whole class", 1.0)]
     pp = figures["pytest_per_process"]
-    rows.append(("pytest process per submission, serial", pp["per_submission_s"],
-                 pp["per_submission_s"] * n,
-                 f"{pp['samples']} measured, x{n} extrapolated", pp["per_submission_s"] / per))
-    rows.append((f"  same, ideally {jobs} at a time", pp["per_submission_s"] / jobs,
-                 pp["per_submission_s"] * n / jobs, "derived: serial / jobs",
-                 pp["per_submission_s"] / jobs / per))
+    if isinstance(pp, dict):
+        rows.append(("pytest process per submission, serial", pp["per_submission_s"],
+                     pp["per_submission_s"] * n,
+                     f"{pp['samples']} measured, x{n} extrapolated",
+                     pp["per_submission_s"] / per))
+        rows.append((f"  same, ideally {jobs} at a time", pp["per_submission_s"] / jobs,
+                     pp["per_submission_s"] * n / jobs, "derived: serial / jobs",
+                     pp["per_submission_s"] / jobs / per))
     nb = figures["nbgrader"]
     if isinstance(nb, dict):
         scores = ", ".join(f"{s:g}" for s in nb["scores"])
@@ -311,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{b['cpu_per_submission_s']:.2f} CPU-s per submission (grading process + sandbox, "
           f"tests' compute included; on {jobs} idle cores: "
           f"{duration(b['cpu_per_submission_s'] * n / jobs)} for {n})")
-    if pp["score_mismatches"]:
+    if not isinstance(pp, dict):
+        print(f"pytest baseline: {pp}")
+    elif pp["score_mismatches"]:
         print("WARNING: pytest baseline and batch disagree: " + "; ".join(pp["score_mismatches"]))
     else:
         print(f"pytest baseline scores match the batch's on all {pp['samples']} sampled students")

@@ -209,9 +209,11 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
             if status != "graded":
                 passed, msg, desc, dur = False, message, "", 0.0
             elif not cases:
+                # A graded lab's test always runs: this is the grader's fault, never the
+                # student's, and the whole result says so.
                 passed, msg, desc, dur = False, "the test did not run (a grader error)", "", 0.0
-                if collection_errors:
-                    result.status = "grader error: a suite failed to load"
+                result.status = ("grader error: a suite failed to load" if collection_errors
+                                 else "grader error: a test did not run")
             else:
                 failed = [c for c in cases if not c.passed]
                 passed = not failed

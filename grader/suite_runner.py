@@ -108,17 +108,21 @@ class SuiteRunner:
             raise RunnerError(f"the pytest session failed: {job.error!r}") from job.error
         return job.outcomes, job.collection_errors
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
+        """End the session after the submission it is running; ``wait`` for it to end."""
         if self._thread is not None and not self._stopped.is_set():
             self._jobs.put(None)
-            self._thread.join()
+            if wait:
+                self._thread.join()
         self._thread = None
 
     def __enter__(self) -> "SuiteRunner":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        # Leaving on an error (Ctrl-C, say): do not wait for the tests still running; the
+        # thread is a daemon and ends with the process.
+        self.close(wait=exc_type is None)
 
     # -- the pytest thread ----------------------------------------------------------------
     def _main(self) -> None:

@@ -7,6 +7,9 @@ collected once) and one reference cache; both must give exactly the result that 
 
 from __future__ import annotations
 
+import shutil
+import sys
+
 import pytest
 import torch
 
@@ -100,3 +103,42 @@ def test_memoized_references_equal_the_computation():
     assert torch.equal(cached, direct)
     assert torch.equal(_inputs.block_reference_output(sd, 16, 4, 32, x, norm_first=True),
                        direct)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_runner", "fresh_pytest"])
+def test_a_suite_that_fails_to_load_is_a_grader_error_not_a_student_one(
+        shared, rubric, zygote, tmp_path, monkeypatch):
+    suites = tmp_path / "suites"
+    shutil.copytree(paths.SUITES, suites, ignore=shutil.ignore_patterns("__pycache__"))
+    broken_lab = list(rubric.labs)[2]
+    (suites / "public" / f"test_{broken_lab}.py").write_text("def test_oops(:\n")
+    monkeypatch.setattr(paths, "SUITES", suites)
+    # pytest's importlib mode names suite modules by their path under the suites folder
+    # ("public.test_lab1_attention") and reuses a module already imported under that name:
+    # let this copy's files be imported, not the real suites loaded by earlier tests.
+    # Afterwards the copy's modules go, and the real ones come back (monkeypatch).
+    def suite_modules():
+        return [n for n in sys.modules if n.split(".")[0] in ("public", "hidden")]
+
+    for name in suite_modules():
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        if shared:
+            with SuiteRunner(rubric=rubric) as runner:
+                result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote,
+                                          runner=runner)
+        else:
+            result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    finally:
+        for name in suite_modules():
+            del sys.modules[name]
+    assert result.status.startswith("grader error"), result.status
+    for lab in result.labs:
+        public = [t for t in lab.tests if t.visibility == "public"]
+        hidden = [t for t in lab.tests if t.visibility == "hidden"]
+        if lab.name == broken_lab:
+            assert public and not any(t.passed for t in public)
+            assert all("did not run" in t.message for t in public)
+            assert all(t.passed for t in hidden)      # its hidden suite still loaded
+        else:
+            assert all(t.passed for t in lab.tests), lab.name
