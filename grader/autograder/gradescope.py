@@ -285,7 +285,7 @@ def grade_lab(clean, scratch_dir: str, rubric, lab: str, zygote) -> SubmissionRe
     lab may import another (LAB_CONTRACT.md); ``grade_submission(labs=[lab])`` copies only
     the one file, so the runner drives the same public steps itself, one lab at a time.
     """
-    from grader.grading import run_suites, score
+    from grader.grading import required_names, run_suites, score
     from grader.student import Session
 
     visibility = ("public", "hidden")
@@ -298,7 +298,7 @@ def grade_lab(clean, scratch_dir: str, rubric, lab: str, zygote) -> SubmissionRe
     try:
         if lab not in problems:
             session.start_test(rubric.labs[lab].time_limit_s)
-            error = session.probe(lab)
+            error = session.probe(lab, names=required_names(rubric.labs[lab].file))
             if error is not None:
                 problems[lab] = ("import_error", error.describe(hidden=False))
             else:
