@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE.parent))
 from grader import paths  # noqa: E402
 from grader.batch import grade_batch  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
+from grader.suite_runner import suite_files  # noqa: E402
 
 FIXTURES = paths.COURSE / "tests" / "fixtures" / "submissions"
 
@@ -103,8 +104,7 @@ def build_class(root: Path, n: int) -> list[dict]:
 def pytest_per_process(root: Path, sample: list[dict], batch_out: Path, work: Path) -> dict:
     """Serially, one fresh ``python -m pytest`` per sampled submission; wall time each."""
     rubric = load_rubric(paths.RUBRIC)
-    files = [str(f) for lab in rubric.labs for v in ("public", "hidden")
-             if (f := paths.SUITES / v / f"test_{lab}.py").is_file()]
+    files = [f for lab in rubric.labs for f in suite_files(lab, ("public", "hidden"))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     times, mismatches = [], []
@@ -129,38 +129,6 @@ def pytest_per_process(root: Path, sample: list[dict], batch_out: Path, work: Pa
 
 # ------------------------------------------------------------------------- (b) nbgrader
 
-GENERATE_ALL = """
-import sys
-from traitlets.config import Config
-from nbgrader.apps import NbGraderAPI
-config = Config()
-config.CourseDirectory.root = sys.argv[1]
-api = NbGraderAPI(config=config)
-for lab in sys.argv[2:]:
-    result = api.generate_assignment(lab)
-    if not result["success"]:
-        sys.exit(f"generate_assignment {lab} failed: {result['error']}")
-"""
-
-
-def jupyter_env(root: Path) -> dict:
-    """A private Jupyter with a 'python3' kernel on this interpreter (as tests/test_notebooks)."""
-    data = root / "jupyter" / "data"
-    spec = data / "kernels" / "python3"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (bench)", "language": "python"}))
-    env = dict(os.environ)
-    env.update({"JUPYTER_PATH": str(data), "JUPYTER_DATA_DIR": str(data),
-                "JUPYTER_CONFIG_DIR": str(root / "jupyter" / "config"),
-                "JUPYTER_RUNTIME_DIR": str(root / "jupyter" / "runtime"),
-                "IPYTHONDIR": str(root / "jupyter" / "ipython"), "JUPYTER_PLATFORM_DIRS": "1",
-                "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
-                "PYTHONWARNINGS": "ignore"})
-    return env
-
-
 def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
     """Seconds per student for ``nbgrader autograde`` of every lab; or why not measured."""
     try:
@@ -168,7 +136,7 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
     except ImportError as exc:
         return f"not measured (nbgrader is not importable: {exc})"
     try:
-        from grader.notebooks import write_course
+        from grader.notebooks import generate_assignments, private_jupyter_env, write_course
     except ImportError as exc:
         return f"not measured (no nbgrader course: grader.notebooks is missing: {exc})"
     if n_students < 1:
@@ -176,9 +144,8 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
     rubric = load_rubric(paths.RUBRIC)
     course = work / "course"
     write_course(course, include_dependencies=True)   # lab2's lab1_attention.py, as a student has
-    env = jupyter_env(work)
-    proc = subprocess.run([sys.executable, "-c", GENERATE_ALL, str(course), *rubric.labs],
-                          cwd=course, env=env, capture_output=True, text=True, timeout=1800)
+    env = private_jupyter_env(work)
+    proc = generate_assignments(course, list(rubric.labs), env=env)
     if proc.returncode != 0:
         return f"not measured (generate_assignment failed: {proc.stderr.strip()[-300:]})"
     for i in range(n_students):      # correct submissions: the source notebooks (+ imports)

@@ -72,15 +72,6 @@ PANEL_PX = 220               # a panel's longer side aims at this many pixels
 MAGENTA = (255, 0, 255, 255)  # NaN and inf cells
 
 
-def _font(size: int):
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # a Pillow without FreeType: its fixed bitmap font
-        return ImageFont.load_default()
-
-
 def _colour(array, cmap_name: str, lo: float, hi: float):
     """(rows, cols) float array -> (rows, cols, 4) uint8 RGBA; non-finite cells magenta."""
     import matplotlib
@@ -102,7 +93,7 @@ def picture_png(picture: dict) -> bytes:
     picture, where a matplotlib figure took ~0.3 s: a batch draws one per failed public test.
     """
     import numpy as np
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageFont
 
     student, expected = picture["student"].double(), picture["expected"].double()
     difference = picture.get("difference")
@@ -122,7 +113,7 @@ def picture_png(picture: dict) -> bytes:
     rows, cols = student.shape
     cell = int(max(CELL_PX[0], min(CELL_PX[1], PANEL_PX // max(rows, cols, 1))))
     width, height = cols * cell, rows * cell
-    title_font, label_font = _font(13), _font(11)
+    title_font, label_font = ImageFont.load_default(size=13), ImageFont.load_default(size=11)
     top, left, bottom, bar, gap = 24, 34, 30, 64, 26
     panel_w = left + width + bar
     canvas = Image.new("RGB", (gap + len(panels) * (panel_w + gap), top + height + bottom),

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import os
-import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths
+from grader.notebook_source import read_regular_file
 from grader.plugin import Outcome
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, load_rubric
@@ -41,25 +42,6 @@ class Sanitized:
     files: dict[str, bytes] = field(default_factory=dict)     # file name -> contents
     problems: dict[str, str] = field(default_factory=dict)    # lab -> why it cannot be graded
     notes: list[str] = field(default_factory=list)
-
-
-def _read_regular(path: Path) -> bytes:
-    """Read a regular file without following a link at the last component."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("is not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise ValueError(f"is {st.st_size / 2**20:.1f} MiB; the limit is "
-                             f"{MAX_FILE_BYTES >> 20} MiB")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise ValueError(f"is larger than {MAX_FILE_BYTES >> 20} MiB")
-        return data
-    finally:
-        os.close(fd)
 
 
 def _find(root: Path, name: str) -> Path | None:
@@ -128,7 +110,7 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
             out.problems[lab] = f"{rel} is a symbolic link; submit the file itself"
             continue
         try:
-            data = _read_regular(path)
+            data = read_regular_file(path, MAX_FILE_BYTES)
         except ValueError as exc:
             out.problems[lab] = f"{rel} {exc}"
             continue
@@ -165,9 +147,17 @@ def required_names(filename: str) -> list[str]:
     path = paths.SOLUTIONS / filename
     if not path.is_file():
         return []
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [node.name for node in tree.body
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
+    st = path.stat()
+    # Asked for every lab of every submission: parsed once per version of the file.
+    return list(_public_names(str(path), st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=32)
+def _public_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    return tuple(node.name for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                 and not node.name.startswith("_"))
 
 
 def run_suites(session: Session, rubric: Rubric, labs: list[str],

@@ -75,5 +75,4 @@ def memoized(fn):
         key = (value_key(args), value_key(kwargs))
         return copy_value(cache.get_or_compute(key, lambda: fn(*args, **kwargs)))
 
-    wrapper.cache = cache
     return wrapper

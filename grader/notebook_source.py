@@ -163,20 +163,24 @@ def parse_notebook(data: bytes, *, name: str) -> list[Cell]:
     return cells
 
 
-def _read_capped(path: Path) -> bytes:
-    """A regular file (no link at the last component), at most MAX_NOTEBOOK_BYTES."""
+def read_regular_file(path: Path, max_bytes: int, *, hint: str = "") -> bytes:
+    """A regular file (no link followed at the last component) of at most ``max_bytes``.
+
+    ValueError says what is wrong ("is not a regular file", "is 3.1 MiB; the limit is 1
+    MiB" plus ``hint``); a file that grows while read is caught on the bytes read.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("is not a regular file")
-        if st.st_size > MAX_NOTEBOOK_BYTES:
-            raise ValueError(f"is {st.st_size / 2**20:.1f} MiB; the limit for a notebook is "
-                             f"{MAX_NOTEBOOK_BYTES >> 20} MiB (clear its outputs)")
+        if st.st_size > max_bytes:
+            raise ValueError(f"is {st.st_size / 2**20:.1f} MiB; the limit is "
+                             f"{max_bytes >> 20} MiB{hint}")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_NOTEBOOK_BYTES + 1)
-        if len(data) > MAX_NOTEBOOK_BYTES:
-            raise ValueError(f"is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise ValueError(f"is larger than {max_bytes >> 20} MiB")
         return data
     finally:
         os.close(fd)
@@ -478,7 +482,7 @@ def lab_source_from_notebook(path: Path, *, rel: str | Path, lab_file: str,
     the submission, for messages); NotebookError says what is wrong."""
     rel = str(rel)
     try:
-        data = _read_capped(path)
+        data = read_regular_file(path, MAX_NOTEBOOK_BYTES, hint=" for a notebook (clear its outputs)")
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise NotebookError(f"{rel} {reason}") from None

@@ -32,7 +32,7 @@ from pathlib import Path
 from grader.notebook_source import TEST_CELL_MARKER, hidden_test_id, grade_id_for
 
 __all__ = ["GraderUnavailable", "TestFailed", "check", "course_drift", "course_files",
-           "register", "write_course"]
+           "generate_assignments", "private_jupyter_env", "register", "write_course"]
 
 KERNEL_GRADE_TIMEOUT_S = 900
 _LAB_RE = re.compile(r"lab\d+_\w+")
@@ -529,6 +529,54 @@ def write_course(out: str | Path, **kwargs) -> list[Path]:
         atomic_write_text(target, text)
         written.append(target)
     return written
+
+
+def private_jupyter_env(root: str | Path) -> dict:
+    """Environment variables for a self-contained Jupyter under *root*: a 'python3'
+    kernelspec for this interpreter and private config, data and runtime folders, so that
+    nbgrader runs the course's notebooks with this environment's packages only."""
+    root = Path(root)
+    data = root / "jupyter" / "data"
+    spec = data / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (attention-labs)", "language": "python"}))
+    # ipykernel stops capturing output written to fd 1/2 when it sees PYTEST_CURRENT_TEST:
+    # the kernels must behave as they do for a course, also when a test starts them.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update({
+        "JUPYTER_PATH": str(data), "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_CONFIG_DIR": str(root / "jupyter" / "config"),
+        "JUPYTER_RUNTIME_DIR": str(root / "jupyter" / "runtime"),
+        "IPYTHONDIR": str(root / "jupyter" / "ipython"), "JUPYTER_PLATFORM_DIRS": "1",
+        # nbgrader runs its database migrations with the `alembic` script of this environment
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+        "PYTHONWARNINGS": "ignore",
+    })
+    return env
+
+
+_GENERATE_ASSIGNMENTS = """
+import sys
+from traitlets.config import Config
+from nbgrader.apps import NbGraderAPI
+config = Config()
+config.CourseDirectory.root = sys.argv[1]
+api = NbGraderAPI(config=config)
+for lab in sys.argv[2:]:
+    result = api.generate_assignment(lab)
+    if not result["success"]:
+        sys.exit(f"generate_assignment {lab} failed: {result['error']}\\n{result['log']}")
+"""
+
+
+def generate_assignments(course: str | Path, labs: list[str], *, env: dict,
+                         timeout: float = 1800) -> subprocess.CompletedProcess:
+    """``nbgrader generate_assignment`` for every lab of *course*, in one process (nbgrader's
+    API: one start-up instead of one per lab); the caller checks ``returncode``."""
+    return subprocess.run([sys.executable, "-c", _GENERATE_ASSIGNMENTS, str(course), *labs],
+                          cwd=course, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def course_drift(out: str | Path, **kwargs) -> list[str]:

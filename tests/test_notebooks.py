@@ -31,7 +31,8 @@ from grader.notebook_source import (
     parse_notebook,
     grade_id_for,
 )
-from grader.notebooks import course_drift, course_files, write_course
+from grader.notebooks import (course_drift, course_files, generate_assignments,
+                              private_jupyter_env, write_course)
 
 try:
     import nbgrader  # noqa: F401
@@ -453,29 +454,6 @@ def test_check_outside_a_kernel_says_so(capsys):
 # ======================================================================================
 
 
-def _jupyter_env(root: Path) -> dict:
-    """A self-contained Jupyter: a 'python3' kernelspec for this interpreter in a temp dir."""
-    data = root / "jupyter" / "data"
-    spec = data / "kernels" / "python3"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (test)", "language": "python"}))
-    # ipykernel stops capturing output written to fd 1/2 when it sees PYTEST_CURRENT_TEST:
-    # the kernels must behave as they do for a course, not as under pytest.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update({
-        "JUPYTER_PATH": str(data), "JUPYTER_DATA_DIR": str(data),
-        "JUPYTER_CONFIG_DIR": str(root / "jupyter" / "config"),
-        "JUPYTER_RUNTIME_DIR": str(root / "jupyter" / "runtime"),
-        "IPYTHONDIR": str(root / "jupyter" / "ipython"), "JUPYTER_PLATFORM_DIRS": "1",
-        # nbgrader runs its database migrations with the `alembic` script of this environment
-        "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
-        "PYTHONWARNINGS": "ignore",
-    })
-    return env
-
-
 def _nbgrader(env: dict, course: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -483,18 +461,6 @@ def _nbgrader(env: dict, course: Path, *args: str, timeout: int = 900) -> subpro
     return proc
 
 
-GENERATE_ALL = """
-import sys
-from traitlets.config import Config
-from nbgrader.apps import NbGraderAPI
-config = Config()
-config.CourseDirectory.root = sys.argv[1]
-api = NbGraderAPI(config=config)
-for lab in sys.argv[2:]:
-    result = api.generate_assignment(lab)
-    if not result["success"]:
-        sys.exit(f"generate_assignment {lab} failed: {result['error']}\\n{result['log']}")
-"""
 
 
 def _fill(release: dict, py: str) -> dict:
@@ -524,9 +490,8 @@ def graded_course(tmp_path_factory, rubric):
     root = tmp_path_factory.mktemp("nbgrader")
     course = root / "course"
     write_course(course)
-    env = _jupyter_env(root)
-    proc = subprocess.run([sys.executable, "-c", GENERATE_ALL, str(course), *rubric.labs],
-                          env=env, cwd=course, capture_output=True, text=True, timeout=900)
+    env = private_jupyter_env(root)
+    proc = generate_assignments(course, list(rubric.labs), env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     source = _nb(course / "source" / LAB1 / f"{LAB1}.ipynb")

@@ -21,7 +21,8 @@ import torch
 
 from grader import paths
 from grader.sandbox import Limits, WorkerDied, WorkerTimeout, Zygote, make_scratch, wire
-from grader.sandbox.host import SLOT_UID_BASE, children_of
+from grader.sandbox.host import SLOT_UID_BASE
+from grader.sandbox.jail import children_of
 
 PROBE = Path(__file__).parent / "fixtures" / "attacks" / "_probe" / "lab9_probe.py"
 LAB = "lab9_probe"

@@ -9,6 +9,7 @@ when it is out of time or misbehaves.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.sandbox import wire
+from grader.sandbox.jail import children_of
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 SLOT_UID_BASE = 61000   # root mode: slot n runs as uid 61000 + n
@@ -168,36 +170,18 @@ class Worker:
             self.lifeline = None
 
 
-_LAST_PID_FD: list[int] = []    # kept open: read before every test, pread needs no seek
+@functools.cache
+def _last_pid_fd() -> int:
+    # Kept open: it is read before every test, and pread needs no seek.
+    return os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _last_pid() -> int | None:
     """The pid most recently given out in this PID namespace (None where unreadable)."""
     try:
-        if not _LAST_PID_FD:
-            _LAST_PID_FD.append(os.open("/proc/sys/kernel/ns_last_pid",
-                                        os.O_RDONLY | os.O_CLOEXEC))
-        return int(os.pread(_LAST_PID_FD[0], 32, 0))
+        return int(os.pread(_last_pid_fd(), 32, 0))
     except (OSError, ValueError):
         return None
-
-
-def children_of(pid: int, above: int | None = None) -> list[int]:
-    """Pids whose parent is ``pid`` (a scan of /proc), looking only at pids > ``above``."""
-    found = []
-    needle = str(pid).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or (above is not None and int(entry) <= above):
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and fields[1] == needle:
-            found.append(int(entry))
-    return found
 
 
 @dataclass

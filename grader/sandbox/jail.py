@@ -256,6 +256,28 @@ def set_limits(limits: dict, *, own_tasks: int = 0, vm_bytes: int | None = None)
     lim(resource.RLIMIT_AS, vm_bytes + (int(limits["memory_mb"]) << 20))
 
 
+def children_of(pid: int, above: int | None = None) -> list[int]:
+    """Pids whose parent is ``pid`` (a scan of /proc), looking only at pids > ``above``.
+
+    Used by the trusted side (is anything the student started still alive?) and by a
+    keeper (what is left to kill); /proc/<pid>/task/*/children is not on every kernel.
+    """
+    found = []
+    needle = str(pid).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or (above is not None and int(entry) <= above):
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()   # the name may hold spaces and ")"
+        if len(fields) > 1 and fields[1] == needle:
+            found.append(int(entry))
+    return found
+
+
 def count_own_tasks() -> int:
     """Tasks (threads included) of this real uid, as RLIMIT_NPROC counts them."""
     uid, count = os.getuid(), 0

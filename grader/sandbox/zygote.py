@@ -61,7 +61,7 @@ for _name in PRELOAD:
 
 import forbidden  # noqa: E402
 import jail  # noqa: E402
-import wire  # noqa: E402,F401
+import wire  # noqa: E402
 import worker  # noqa: E402
 
 
@@ -101,10 +101,9 @@ def warm_up() -> None:
             out = F.layer_norm(out, (8,)) + torch.tanh(out).sqrt().nan_to_num()
             (out * torch.ones_like(out)).sum().backward()
             F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
-        dict(layers.named_parameters()), dict(layers.named_buffers())
+        list(layers.named_parameters()), list(layers.named_buffers())   # as grad/buffer ops do
         torch.default_generator.manual_seed(0)
-        header_and_body = wire.encode({"ok": (out.detach(), {"w": weights.detach()}, [1, 2.0])})
-        del header_and_body
+        wire.encode({"ok": (out.detach(), {"w": weights.detach()}, [1, 2.0])})
 
 
 def settle() -> int:
@@ -208,27 +207,11 @@ def _keeper(config, channel_fd, mode, bindings, status_w, life_r):
     os._exit(0)
 
 
-def _children() -> list[int]:
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and int(fields[1]) == me:
-            found.append(int(entry))
-    return found
-
-
 def _kill_descendants() -> None:
     """Kill every child until none is left (orphans of killed ones are re-parented here)."""
     for _ in range(1000):
         _reap_all(block=False)
-        kids = _children()
+        kids = jail.children_of(os.getpid())
         if not kids:
             return
         for kid in kids:
