@@ -101,15 +101,12 @@ def test_learned_embedding_gradient_reaches_used_rows_only(student, tol, gen):
     assert_close(g.input_grads[0], g_out, tol=tol, name="gradient w.r.t. x", axes=X_AXES)
 
 
-def test_sinusoidal_dropout_only_in_training(student, tol, gen):
-    """dropout=0.5 zeroes ~half of x + pe and doubles the rest in training mode, and does nothing in eval mode."""
-    p = 0.5
-    x = randn(gen, 8, 64, 16)
-    expected = x + sinusoidal64(64, 16).float()
-    pos = student.module("SinusoidalPositionalEncoding", 16, max_len=64, dropout=p)
-    got_eval = pos(x)
-    pos.train()
-    got_train = pos(x)
+def _check_dropout(module, x, expected, p, tol, *, added):
+    """Eval mode gives ``expected`` (x + ``added``); training mode zeroes a fraction ~p of it
+    (+- 0.03 over 8,192 outputs) and scales the rest by 1 / (1 - p)."""
+    got_eval = module(x)
+    module.train()
+    got_train = module(x)
     assert_close(got_eval, expected, tol=tol, name="output in eval mode", axes=X_AXES)
     assert_true(isinstance(got_train, torch.Tensor) and got_train.shape == x.shape,
                 "the training output must be a (batch, seq, d_model) tensor")
@@ -118,7 +115,16 @@ def test_sinusoidal_dropout_only_in_training(student, tol, gen):
     assert_true(abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} (expected {p} +- 0.03)",
                 hidden="training mode did not zero a fraction of about `dropout` of the outputs")
     assert_close(got_train[~dropped], expected[~dropped] / (1 - p), tol=tol,
-                 name="surviving training outputs ((x + pe) / (1 - p))")
+                 name=f"surviving training outputs ((x + {added}) / (1 - p))")
+
+
+def test_sinusoidal_dropout_only_in_training(student, tol, gen):
+    """dropout=0.5 zeroes ~half of x + pe and doubles the rest in training mode, and does nothing in eval mode."""
+    p = 0.5
+    x = randn(gen, 8, 64, 16)
+    expected = x + sinusoidal64(64, 16).float()
+    pos = student.module("SinusoidalPositionalEncoding", 16, max_len=64, dropout=p)
+    _check_dropout(pos, x, expected, p, tol, added="pe")
 
 
 def test_learned_embedding_dropout_only_in_training(student, tol, gen):
@@ -129,15 +135,4 @@ def test_learned_embedding_dropout_only_in_training(student, tol, gen):
     expected = x + weight
     emb = student.module("LearnedPositionalEmbedding", 64, 16, dropout=p)
     emb.load_state_dict({"embedding.weight": weight})
-    got_eval = emb(x)
-    emb.train()
-    got_train = emb(x)
-    assert_close(got_eval, expected, tol=tol, name="output in eval mode", axes=X_AXES)
-    assert_true(isinstance(got_train, torch.Tensor) and got_train.shape == x.shape,
-                "the training output must be a (batch, seq, d_model) tensor")
-    dropped = got_train == 0
-    frac = dropped.double().mean().item()
-    assert_true(abs(frac - p) <= 0.03, f"dropout={p} in training zeroed a fraction {frac:.3f} (expected {p} +- 0.03)",
-                hidden="training mode did not zero a fraction of about `dropout` of the outputs")
-    assert_close(got_train[~dropped], expected[~dropped] / (1 - p), tol=tol,
-                 name="surviving training outputs ((x + embedding) / (1 - p))")
+    _check_dropout(emb, x, expected, p, tol, added="embedding")
