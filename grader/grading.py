@@ -232,14 +232,54 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                      labs: list[str] | None = None,
                      visibility: tuple[str, ...] = ("public", "hidden"),
                      zygote: Zygote | None = None, name: str | None = None,
-                     runner: SuiteRunner | None = None) -> SubmissionResult:
+                     runner: SuiteRunner | None = None,
+                     send_ahead: bool = True) -> SubmissionResult:
     """Grade one submission (a folder of lab files, or one lab file).
 
     ``zygote`` and ``runner`` (a started ``SuiteRunner``) are reused when given, as a
     batch does for every student of a grading process; otherwise started and closed here.
+    ``send_ahead``: send each lab's worker the calls the suites will make (grader.call_plan;
+    recorded once per process from the reference solutions, where they are present).
+    """
+    rubric = rubric or load_rubric(paths.RUBRIC)
+    labs = list(labs or rubric.labs)
+    for lab in labs:
+        if lab not in rubric.labs:
+            raise SubmissionError(f"unknown lab {lab!r}; the labs are {', '.join(rubric.labs)}")
+    with contextlib.ExitStack() as stack:
+        if zygote is None:
+            zygote = stack.enter_context(Zygote(forbidden=tuple(sorted(
+                {f for l in rubric.labs.values() for f in l.forbidden}))))
+        if runner is None:
+            runner = stack.enter_context(_quiet_runner(rubric, labs, visibility))
+        plan = None
+        if send_ahead:
+            from grader.call_plan import plan_for
+
+            plan = plan_for(rubric=rubric, labs=labs, visibility=tuple(visibility),
+                            zygote=zygote, runner=runner)
+        return grade_with_session(submission, rubric=rubric, labs=labs,
+                                  visibility=visibility, zygote=zygote, name=name,
+                                  runner=runner, plan=plan)
+
+
+@contextlib.contextmanager
+def _quiet_runner(rubric: Rubric, labs: list[str], visibility: tuple[str, ...]):
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), \
+            SuiteRunner(rubric=rubric, labs=labs, visibility=visibility) as own:
+        yield own
+
+
+def grade_with_session(submission: str | Path, *, rubric: Rubric, labs: list[str],
+                       visibility: tuple[str, ...], zygote: Zygote, runner: SuiteRunner,
+                       name: str | None = None, plan=None, recording: list | None = None,
+                       tests: list | None = None) -> SubmissionResult:
+    """``grade_submission``'s steps with a given zygote, runner and call plan.
+
+    ``recording``/``tests``: filled with every request made and the tests in run order
+    (grader.call_plan records a plan this way).
     """
     started = time.monotonic()
-    rubric = rubric or load_rubric(paths.RUBRIC)
     submission = Path(submission)
     if submission.suffix.lower() == ".zip" and submission.is_file() and not submission.is_symlink():
         from grader.batch import ZipRejected, unpack_zip  # the same safe unpacking as batch
@@ -249,24 +289,18 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                 unpack_zip(submission, Path(tmp) / "submission")
             except ZipRejected as exc:
                 raise SubmissionError(f"{submission}: {exc}") from None
-            return grade_submission(Path(tmp) / "submission", rubric=rubric, labs=labs,
-                                    visibility=visibility, zygote=zygote,
-                                    name=name or submission.stem, runner=runner)
-    labs = list(labs or rubric.labs)
-    for lab in labs:
-        if lab not in rubric.labs:
-            raise SubmissionError(f"unknown lab {lab!r}; the labs are {', '.join(rubric.labs)}")
+            return grade_with_session(Path(tmp) / "submission", rubric=rubric, labs=labs,
+                                      visibility=visibility, zygote=zygote,
+                                      name=name or submission.stem, runner=runner, plan=plan,
+                                      recording=recording, tests=tests)
     # Every lab file crosses (a lab may import another), but only ``labs`` are graded.
     clean = sanitize(submission, rubric, list(rubric.labs))
     problems = {lab: ("missing" if "not found" in why else "error", why)
                 for lab, why in clean.problems.items() if lab in labs}
-    own_zygote = zygote is None
-    if own_zygote:
-        zygote = Zygote(forbidden=tuple(sorted({f for l in rubric.labs.values()
-                                                for f in l.forbidden}))).start()
     scratch = make_scratch(clean.files)
     session = Session(zygote=zygote, submission_dir=scratch.name,
-                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()})
+                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()},
+                      plan=plan, recording=recording, tests=tests)
     try:
         runnable = []
         for lab in labs:
@@ -283,8 +317,6 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
     finally:
         session.close()
         scratch.cleanup()
-        if own_zygote:
-            zygote.close()
     result = score(name or submission.name, rubric, labs, visibility, outcomes, problems,
                    collection_errors)
     result.notes.extend(clean.notes)

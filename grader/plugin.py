@@ -94,7 +94,7 @@ class GradingPlugin:
             self.collection_errors.append(f"{report.nodeid}: {report.longreprtext[-2000:]}")
 
     def pytest_runtest_setup(self, item):
-        self.session.start_test(self._rubric_test(item).time_limit_s)
+        self.session.start_test(self._rubric_test(item).time_limit_s, test=item.nodeid)
         self.session.last_stdout = ""
 
     @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_makereport")

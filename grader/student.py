@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.sandbox import SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote
+from grader.call_plan import CallPlan, PlannedCall
+from grader.sandbox import SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, wire
 
 
 class StudentError(Exception):
@@ -79,8 +80,22 @@ class RecordedCall:
 
 
 @dataclass
+class _Stream:
+    """A worker that was sent its lab's planned calls; ``pos``: the next one to answer."""
+    worker: Worker
+    calls: list[PlannedCall]
+    pos: int = 0
+
+
+@dataclass
 class Session:
-    """The workers for one submission: at most one live worker per lab."""
+    """The workers for one submission: at most one live worker per lab.
+
+    With a ``plan`` (grader.call_plan), each lab's first worker is sent the lab's planned
+    calls when it starts and the tests take the replies as they ask for them.
+    ``recording``/``tests``: lists to record every request (lab, test, frame) and the tests
+    in the order they start (how a plan is made).
+    """
     zygote: Zygote
     submission_dir: str
     forbidden: dict[str, tuple[str, ...]]          # lab -> dotted names it may not use
@@ -92,8 +107,22 @@ class Session:
     # kept in this trusted process for the mistake diagnosis (grader.diagnose) of a
     # failed test; reset by start_test.
     calls: list[RecordedCall] = field(default_factory=list)
+    plan: CallPlan | None = None
+    recording: list | None = None
+    tests: list | None = None
+    test: str = ""                                  # node id of the current test
+    streams: dict[str, _Stream] = field(default_factory=dict)
+    _streamed: set = field(default_factory=set)     # labs whose plan was sent (once each)
 
-    def start_test(self, time_limit_s: float) -> None:
+    def start_test(self, time_limit_s: float, test: str = "") -> None:
+        finished_limit = self.time_limit_s
+        self.test = test
+        if self.tests is not None and test:
+            self.tests.append(test)
+        # Planned calls of tests that are over (a test that stopped early) have run or are
+        # running: read their replies and drop them, within the finished test's limit.
+        for lab in list(self.streams):
+            self._drain(lab, finished_limit)
         # Whatever the previous test's calls left running (a daemon, a fork bomb, a
         # setsid'd grandchild) ends with that test: its worker is replaced.
         for worker in self.workers.values():
@@ -102,6 +131,32 @@ class Session:
         self.time_limit_s = time_limit_s
         self.deadline = time.monotonic() + time_limit_s
         self.calls = []
+
+    def _drain(self, lab: str, limit_s: float) -> None:
+        stream = self.streams[lab]
+        now = self.plan.position(self.test) if self.plan else None
+        if now is None:
+            # A test the plan does not know: nothing sent ahead can be matched any more.
+            self._void(lab)
+            return
+        deadline = time.monotonic() + limit_s
+        while stream.pos < len(stream.calls):
+            owner = self.plan.position(stream.calls[stream.pos].test)
+            if owner is None or owner >= now:
+                return
+            try:
+                stream.worker.receive(timeout_s=max(0.0, deadline - time.monotonic()))
+            except (WorkerTimeout, WorkerDied):
+                self._void(lab)         # the worker was killed; the next call starts afresh
+                return
+            stream.pos += 1
+        del self.streams[lab]
+
+    def _void(self, lab: str) -> None:
+        """Forget what was sent ahead to ``lab``'s worker, and end that worker."""
+        stream = self.streams.pop(lab, None)
+        if stream is not None:
+            stream.worker.kill()
 
     def request(self, lab: str, req: dict):
         """Send ``req`` to the lab's worker; the reply's value. Every call is recorded."""
@@ -117,23 +172,57 @@ class Session:
         if len(self.calls) < MAX_RECORDED_CALLS:
             self.calls.append(call)
 
+    def _worker(self, lab: str) -> Worker:
+        """The lab's live worker; a new one (sent the lab's plan, the first time) if none."""
+        worker = self.workers.get(lab)
+        if worker is not None and worker.alive:
+            return worker
+        self.streams.pop(lab, None)
+        try:
+            worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
+                                       forbidden=list(self.forbidden.get(lab, ())))
+        except SandboxError as exc:
+            raise StudentError(kind="crash", message=f"the sandbox failed: {exc}", lab=lab)
+        self.workers[lab] = worker
+        planned = self.plan.calls.get(lab) if self.plan is not None else None
+        if planned and lab not in self._streamed:
+            self._streamed.add(lab)
+            try:
+                worker.send_ahead(b"".join(c.frame for c in planned), count=len(planned))
+            except WorkerDied:
+                pass                    # the next receive reports it
+            self.streams[lab] = _Stream(worker, planned)
+        return worker
+
     def _send(self, lab: str, req: dict):
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)
-        worker = self.workers.get(lab)
-        if worker is None or not worker.alive:
-            try:
-                worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
-                                           forbidden=list(self.forbidden.get(lab, ())))
-            except SandboxError as exc:
-                raise StudentError(kind="crash", message=f"the sandbox failed: {exc}", lab=lab)
-            self.workers[lab] = worker
+        frame = wire.encode(req)
+        if self.recording is not None:
+            self.recording.append((lab, self.test, frame))
+        worker = self._worker(lab)
+        stream = self.streams.get(lab)
+        if stream is not None:
+            planned = stream.calls[stream.pos] if stream.pos < len(stream.calls) else None
+            if planned is None or planned.test != self.test or planned.frame != frame:
+                # The test asked for something else than planned: what was sent ahead
+                # is void, and this lab goes on one call at a time in a fresh worker.
+                self._void(lab)
+                worker, stream = self._worker(lab), None
         try:
-            reply = worker.request(req, timeout_s=remaining)
+            if stream is not None:
+                stream.pos += 1
+                if stream.pos == len(stream.calls):
+                    del self.streams[lab]
+            else:
+                worker.send_ahead(frame, count=1)
+            reply = worker.receive(timeout_s=remaining)
         except WorkerTimeout:
+            self.streams.pop(lab, None)
             raise self._timeout(lab) from None
         except WorkerDied as exc:
+            self.streams.pop(lab, None)
             raise StudentError(
                 kind="crash", lab=lab,
                 message="it exited or was killed before answering (os._exit, a signal, "

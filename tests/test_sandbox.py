@@ -152,8 +152,8 @@ def test_wire_round_trip_and_plain_tensors():
 
 
 def _frame(header: bytes, buffers=()) -> bytes:
-    return struct.pack(">II", len(header), len(buffers)) + header + b"".join(
-        struct.pack(">Q", len(x)) + x for x in buffers)
+    payload = b"".join(buffers)
+    return struct.pack(">IQ", len(header), len(payload)) + header + payload
 
 
 @pytest.mark.parametrize("header,buffers", [
@@ -162,6 +162,9 @@ def _frame(header: bytes, buffers=()) -> bytes:
     (b'{"__tensor__": 0, "dtype": "float32", "shape": [3]}', (b"\0" * 8,)),
     (b'{"__tensor__": 0, "dtype": "float32", "shape": [-1]}', (b"",)),
     (b'{"__tensor__": 1, "dtype": "float32", "shape": [1]}', (b"\0" * 4,)),
+    (b'[{"__tensor__": 0, "dtype": "float32", "shape": [1]},'
+     b' {"__tensor__": 0, "dtype": "float32", "shape": [1]}]', (b"\0" * 8,)),
+    (b'{"__tensor__": true, "dtype": "float32", "shape": [1]}', (b"\0" * 4,)),
     (b'{"__dict__": 5}', ()),
     (b'{"__dict__": [[1, 2]]}', ()),
     (b'{"__float__": "1e3"}', ()),

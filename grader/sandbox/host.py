@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -111,22 +113,92 @@ class Worker:
     _last_pid: int = 0          # the newest pid seen at the last check (wrap detection)
     _clean_at: int | None = None  # the newest pid when a scan last found no children
 
+    # Requests sent ahead (``send_ahead``) whose replies ``receive`` has not read yet, and
+    # the bytes of them the socket has not taken yet.
+    pending: int = 0
+    _outbox: bytearray = field(default_factory=bytearray, repr=False)
+
+    def __post_init__(self):
+        # All I/O is non-blocking and waits in ``_wait``, which also feeds the worker the
+        # requests it has not read yet while the grader waits for a reply.
+        self.sock.setblocking(False)
+
     def request(self, req: dict, *, timeout_s: float):
         """Send one request and wait for its reply, at most ``timeout_s`` seconds."""
+        if self.pending:
+            raise RuntimeError("requests sent ahead are still unanswered")
+        self.send_ahead(wire.encode(req), count=1)
+        return self.receive(timeout_s=timeout_s)
+
+    def send_ahead(self, frames: bytes, *, count: int) -> None:
+        """Queue ``count`` request frames; the worker answers them in order (``receive``).
+
+        The socket takes what it can now; the rest goes while ``receive`` waits, so a
+        worker with a queue of requests works through them without waiting for the grader.
+        """
         if not self.alive:
             raise WorkerDied("the worker is no longer running")
+        self._outbox += frames
+        self.pending += count
+        self._pump()
+
+    def receive(self, *, timeout_s: float):
+        """The next reply, read within ``timeout_s`` seconds (kills the worker if not)."""
+        if not self.alive:
+            raise WorkerDied("the worker is no longer running")
+        if self.pending <= 0:
+            raise RuntimeError("no request is waiting for a reply")
         deadline = time.monotonic() + timeout_s
         try:
-            self.sock.settimeout(max(0.001, timeout_s))
-            self.sock.sendall(wire.encode(req))
             # The whole reply must arrive by the deadline, however the worker trickles it.
-            return wire.recv_frame(self.sock, max_bytes=self.reply_bytes, deadline=deadline)
+            header_len, payload_len = wire.PREFIX.unpack(self._read(wire.PREFIX.size, deadline))
+            if header_len > wire.MAX_HEADER_BYTES:
+                raise wire.WireError("frame header exceeds the caps")
+            if payload_len > self.reply_bytes:
+                raise wire.WireError(f"reply carries more than {self.reply_bytes} bytes")
+            data = self._read(header_len + payload_len, deadline)
+            self.pending -= 1
+            return wire.decode(bytes(data[:header_len]), memoryview(data)[header_len:])
         except socket.timeout:
             self.kill()
             raise WorkerTimeout() from None
         except (wire.WireError, OSError) as exc:
             self.kill()
             raise WorkerDied(str(exc)) from None
+
+    def _pump(self) -> None:
+        """Send what the socket takes now of the queued requests, without waiting."""
+        while self._outbox:
+            try:
+                sent = self.sock.send(self._outbox)
+            except (BlockingIOError, InterruptedError):
+                return
+            del self._outbox[:sent]
+
+    def _read(self, n: int, deadline: float) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            try:
+                size = self.sock.recv_into(view[got:], n - got)
+            except (BlockingIOError, InterruptedError):
+                self._wait(deadline)
+                continue
+            if not size:
+                raise wire.PeerClosed("channel closed")
+            got += size
+        return buf
+
+    def _wait(self, deadline: float) -> None:
+        """Until the socket is readable (or the deadline passes), feeding the worker."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("deadline passed while reading a reply")
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | (select.POLLOUT if self._outbox else 0))
+        for _fd, events in poller.poll(max(1, math.ceil(remaining * 1000))):
+            if events & select.POLLOUT:
+                self._pump()
 
     def has_children(self) -> bool:
         """Whether anything the student started is still alive.

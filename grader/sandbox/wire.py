@@ -1,9 +1,10 @@
 """The wire format between the trusted grader and an untrusted worker.
 
-A frame is a 4-byte big-endian header length, a UTF-8 JSON header, then the raw bytes of
-every tensor the header mentions, back to back. A tensor is written in JSON as
-``{"__tensor__": index, "dtype": "float32", "shape": [2, 3]}`` and its bytes are buffer
-``index``. Nothing is pickled: decoding builds only dicts, lists, strings, numbers, booleans,
+A frame is a 4-byte big-endian header length and an 8-byte payload length, a UTF-8 JSON
+header, then the payload: the raw bytes of every tensor the header mentions, back to back
+in index order. A tensor is written in JSON as
+``{"__tensor__": index, "dtype": "float32", "shape": [2, 3]}``; its size follows from its
+dtype and shape, so a frame is read with two exact reads, whatever it carries. Nothing is pickled: decoding builds only dicts, lists, strings, numbers, booleans,
 None and plain ``torch.Tensor`` objects, after checking dtype, shape and sizes against caps.
 
 This module is loaded by path inside the worker too, so it imports only the stdlib and torch.
@@ -31,6 +32,8 @@ DTYPES = {
     "bool": torch.bool,
 }
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+ITEMSIZE = {name: torch.empty((), dtype=dtype).element_size() for name, dtype in DTYPES.items()}
+PREFIX = struct.Struct(">IQ")     # header length, payload length
 
 MAX_HEADER_BYTES = 1 << 20        # 1 MiB of JSON
 MAX_FRAME_BYTES = 256 << 20       # 256 MiB of tensor data in one frame
@@ -89,26 +92,28 @@ def encode(obj) -> bytes:
     header = json.dumps(enc(obj), separators=(",", ":")).encode()
     if len(header) > MAX_HEADER_BYTES:
         raise WireError("header too large")
-    return struct.pack(">II", len(header), len(buffers)) + header + b"".join(
-        struct.pack(">Q", len(b)) + b for b in buffers
-    )
+    payload = b"".join(buffers)
+    return b"".join((PREFIX.pack(len(header), len(payload)), header, payload))
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
-    chunks = []
-    while n:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
+    """Exactly ``n`` bytes. A blocking socket without a deadline reads them in one call."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
         if deadline is not None:
             # A peer that trickles a frame out byte by byte is held to the same deadline.
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise socket.timeout("deadline passed while reading a frame")
             sock.settimeout(remaining)
-        chunk = sock.recv(min(n, 1 << 20))
-        if not chunk:
+            size = sock.recv_into(view[got:], n - got)
+        else:
+            size = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
+        if not size:
             raise PeerClosed("channel closed")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+        got += size
+    return buf
 
 
 def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES,
@@ -118,31 +123,30 @@ def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES,
     With ``deadline`` (a ``time.monotonic()`` value) the whole frame must arrive by then,
     else ``socket.timeout`` is raised.
     """
-    header_len, n_buffers = struct.unpack(">II", _recv_exact(sock, 8, deadline))
-    if header_len > MAX_HEADER_BYTES or n_buffers > MAX_TENSORS:
+    header_len, payload_len = PREFIX.unpack(_recv_exact(sock, PREFIX.size, deadline))
+    if header_len > MAX_HEADER_BYTES:
         raise WireError("frame header exceeds the caps")
-    header = _recv_exact(sock, header_len, deadline)
-    buffers, total = [], 0
-    for _ in range(n_buffers):
-        (size,) = struct.unpack(">Q", _recv_exact(sock, 8, deadline))
-        total += size
-        if total > max_bytes:
-            raise WireError(f"frame carries more than {max_bytes} bytes of tensors")
-        buffers.append(_recv_exact(sock, size, deadline))
-    return decode(header, buffers)
+    if payload_len > max_bytes:
+        raise WireError(f"frame carries more than {max_bytes} bytes of tensors")
+    data = _recv_exact(sock, header_len + payload_len, deadline)
+    return decode(bytes(data[:header_len]), memoryview(data)[header_len:])
 
 
 def send_frame(sock: socket.socket, obj) -> None:
     sock.sendall(encode(obj))
 
 
-def decode(header: bytes, buffers: list[bytes]):
-    """Rebuild a value from a header and its buffers, checking every tensor's metadata."""
+def decode(header: bytes, payload) -> object:
+    """Rebuild a value from a header and its payload, checking every tensor's metadata.
+
+    Tensors must take the payload in index order (0, 1, 2, ...), each its own dtype and
+    shape's worth of bytes, and together all of it.
+    """
     try:
         tree = json.loads(header.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise WireError(f"malformed header: {str(exc)[:200]}") from None
-    used: set[int] = set()
+    cursor = _Cursor(payload)
 
     def dec(x, depth=0):
         if depth > MAX_DEPTH:
@@ -158,7 +162,7 @@ def decode(header: bytes, buffers: list[bytes]):
         if not isinstance(x, dict):
             raise WireError("unexpected JSON value")
         if "__tensor__" in x:
-            return _tensor(x, buffers, used)
+            return _tensor(x, cursor)
         if "__tuple__" in x:
             items = x["__tuple__"]
             if not isinstance(items, list):
@@ -187,8 +191,8 @@ def decode(header: bytes, buffers: list[bytes]):
         # A frame from an untrusted peer may be any JSON at all: never let it raise
         # anything but WireError in the trusted process.
         raise WireError(f"malformed frame: {type(exc).__name__}") from None
-    if len(used) != len(buffers):
-        raise WireError("frame carries buffers that no tensor uses")
+    if cursor.offset != len(payload):
+        raise WireError("frame carries bytes that no tensor uses")
     return value
 
 
@@ -196,12 +200,19 @@ def _no_constant(name):
     raise ValueError(f"JSON constant {name} is not allowed")
 
 
-def _tensor(meta: dict, buffers: list[bytes], used: set[int]) -> torch.Tensor:
+class _Cursor:
+    """Where the next tensor's bytes start in a frame's payload."""
+
+    def __init__(self, payload):
+        self.payload, self.offset, self.index = payload, 0, 0
+
+
+def _tensor(meta: dict, cursor: _Cursor) -> torch.Tensor:
     index, dtype_name, shape = meta.get("__tensor__"), meta.get("dtype"), meta.get("shape")
     if set(meta) != {"__tensor__", "dtype", "shape"}:
         raise WireError("malformed tensor metadata")
-    if not isinstance(index, int) or not 0 <= index < len(buffers) or index in used:
-        raise WireError("tensor refers to a missing or reused buffer")
+    if not isinstance(index, int) or isinstance(index, bool) or index != cursor.index:
+        raise WireError("tensors must use the payload in order, each once")
     if dtype_name not in DTYPES:
         raise WireError(f"dtype {dtype_name!r} is not allowed")
     if (
@@ -210,18 +221,19 @@ def _tensor(meta: dict, buffers: list[bytes], used: set[int]) -> torch.Tensor:
         or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in shape)
     ):
         raise WireError("malformed tensor shape")
-    used.add(index)
     dtype = DTYPES[dtype_name]
     numel = math.prod(shape)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    data = buffers[index]
-    if len(data) != numel * itemsize:
+    size = numel * ITEMSIZE[dtype_name]
+    start = cursor.offset
+    if start + size > len(cursor.payload):
         raise WireError(
-            f"tensor of shape {tuple(shape)} and dtype {dtype_name} needs {numel * itemsize} "
-            f"bytes, the frame gave {len(data)}"
+            f"tensor of shape {tuple(shape)} and dtype {dtype_name} needs {size} bytes, "
+            f"the frame has {len(cursor.payload) - start} left"
         )
+    cursor.offset, cursor.index = start + size, index + 1
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
     raw_dtype = torch.int16 if dtype in (torch.bfloat16, torch.float16) else dtype
-    flat = torch.frombuffer(bytearray(data), dtype=raw_dtype)
-    return flat.view(dtype).reshape(shape).clone()
+    # A copy of its own bytes: aligned, and nothing shared with the frame or other tensors.
+    flat = torch.frombuffer(cursor.payload[start:start + size], dtype=raw_dtype).clone()
+    return flat.view(dtype).reshape(shape)
