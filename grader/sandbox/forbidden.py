@@ -394,6 +394,17 @@ def install(lab: str, names, plan: Plan) -> None:
 
 def static_violations(source: str, filename: str, forbidden) -> list[str]:
     """Forbidden APIs named in the source: ``F.x``, ``from torch... import x``, getattr."""
+    if not forbidden:
+        return []
+    try:
+        tree = ast.parse(source, filename)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # the import itself reports the syntax error
+    return static_violations_in(tree, filename, forbidden)
+
+
+def static_violations_in(tree: ast.AST, filename: str, forbidden) -> list[str]:
+    """``static_violations`` of an already parsed module."""
     forbidden = list(forbidden)
     if not forbidden:
         return []
@@ -409,10 +420,6 @@ def static_violations(source: str, filename: str, forbidden) -> list[str]:
                 return name
         return None
 
-    try:
-        tree = ast.parse(source, filename)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []  # the import itself reports the syntax error
     lab_aliases = {"self"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

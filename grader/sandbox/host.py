@@ -156,9 +156,10 @@ class Worker:
                 raise wire.WireError("frame header exceeds the caps")
             if payload_len > self.reply_bytes:
                 raise wire.WireError(f"reply carries more than {self.reply_bytes} bytes")
-            data = self._read(header_len + payload_len, deadline)
+            header = bytes(self._read(header_len, deadline))
+            payload = self._read(payload_len, deadline)
             self.pending -= 1
-            return wire.decode(bytes(data[:header_len]), memoryview(data)[header_len:])
+            return wire.decode(header, payload)
         except socket.timeout:
             self.kill()
             raise WorkerTimeout() from None

@@ -1,10 +1,11 @@
 """The wire format between the trusted grader and an untrusted worker.
 
 A frame is a 4-byte big-endian header length and an 8-byte payload length, a UTF-8 JSON
-header, then the payload: the raw bytes of every tensor the header mentions, back to back
-in index order. A tensor is written in JSON as
+header, then the payload: the raw bytes of every tensor the header mentions, in index
+order, each padded with zeros to a multiple of 8 bytes. A tensor is written in JSON as
 ``{"__tensor__": index, "dtype": "float32", "shape": [2, 3]}``; its size follows from its
-dtype and shape, so a frame is read with two exact reads, whatever it carries. Nothing is pickled: decoding builds only dicts, lists, strings, numbers, booleans,
+dtype and shape, so a frame is read with three exact reads, whatever it carries, and every
+tensor is a view of the (8-byte aligned) payload buffer: nothing is copied twice. Nothing is pickled: decoding builds only dicts, lists, strings, numbers, booleans,
 None and plain ``torch.Tensor`` objects, after checking dtype, shape and sizes against caps.
 
 This module is loaded by path inside the worker too, so it imports only the stdlib and torch.
@@ -34,6 +35,9 @@ DTYPES = {
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 ITEMSIZE = {name: torch.empty((), dtype=dtype).element_size() for name, dtype in DTYPES.items()}
 PREFIX = struct.Struct(">IQ")     # header length, payload length
+ALIGN = 8                         # every tensor's bytes start at a multiple of this
+_TENSOR_KEYS = frozenset(("__tensor__", "dtype", "shape"))
+_PADDING = bytes(ALIGN)
 
 MAX_HEADER_BYTES = 1 << 20        # 1 MiB of JSON
 MAX_FRAME_BYTES = 256 << 20       # 256 MiB of tensor data in one frame
@@ -67,7 +71,8 @@ def encode(obj) -> bytes:
                 raise WireError(f"tensor dtype {t.dtype} cannot cross the wire")
             # bfloat16 has no numpy dtype: ship its bytes through a same-size integer view.
             raw = t.view(torch.int16) if t.dtype in (torch.bfloat16, torch.float16) else t
-            buffers.append(raw.numpy().tobytes() if t.numel() else b"")
+            data = raw.numpy().tobytes() if t.numel() else b""
+            buffers.append(data + _PADDING[:-len(data) % ALIGN] if len(data) % ALIGN else data)
             return {"__tensor__": len(buffers) - 1, "dtype": name, "shape": list(t.shape)}
         if x is None or isinstance(x, (bool, str)):
             return x
@@ -128,19 +133,20 @@ def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES,
         raise WireError("frame header exceeds the caps")
     if payload_len > max_bytes:
         raise WireError(f"frame carries more than {max_bytes} bytes of tensors")
-    data = _recv_exact(sock, header_len + payload_len, deadline)
-    return decode(bytes(data[:header_len]), memoryview(data)[header_len:])
+    header = bytes(_recv_exact(sock, header_len, deadline))
+    return decode(header, _recv_exact(sock, payload_len, deadline))
 
 
 def send_frame(sock: socket.socket, obj) -> None:
     sock.sendall(encode(obj))
 
 
-def decode(header: bytes, payload) -> object:
+def decode(header: bytes, payload: bytearray) -> object:
     """Rebuild a value from a header and its payload, checking every tensor's metadata.
 
     Tensors must take the payload in index order (0, 1, 2, ...), each its own dtype and
-    shape's worth of bytes, and together all of it.
+    shape's worth of bytes (padded to ``ALIGN``), and together all of it. The tensors are
+    views of ``payload``, which must be a buffer of its own (as ``recv_frame`` reads it).
     """
     try:
         tree = json.loads(header.decode("utf-8"), parse_constant=_no_constant)
@@ -203,13 +209,21 @@ def _no_constant(name):
 class _Cursor:
     """Where the next tensor's bytes start in a frame's payload."""
 
-    def __init__(self, payload):
+    def __init__(self, payload: bytearray):
         self.payload, self.offset, self.index = payload, 0, 0
+        self._bytes = None
+
+    def take(self, start: int, size: int) -> torch.Tensor:
+        """``size`` bytes of the payload from ``start``, as a uint8 tensor (no copy)."""
+        if self._bytes is None:
+            # One tensor over the whole payload; every tensor of the frame is a view of it.
+            self._bytes = torch.frombuffer(self.payload, dtype=torch.uint8)
+        return self._bytes[start:start + size]
 
 
 def _tensor(meta: dict, cursor: _Cursor) -> torch.Tensor:
     index, dtype_name, shape = meta.get("__tensor__"), meta.get("dtype"), meta.get("shape")
-    if set(meta) != {"__tensor__", "dtype", "shape"}:
+    if meta.keys() != _TENSOR_KEYS:
         raise WireError("malformed tensor metadata")
     if not isinstance(index, int) or isinstance(index, bool) or index != cursor.index:
         raise WireError("tensors must use the payload in order, each once")
@@ -225,15 +239,14 @@ def _tensor(meta: dict, cursor: _Cursor) -> torch.Tensor:
     numel = math.prod(shape)
     size = numel * ITEMSIZE[dtype_name]
     start = cursor.offset
-    if start + size > len(cursor.payload):
+    padded = -(-size // ALIGN) * ALIGN
+    if start + padded > len(cursor.payload):
         raise WireError(
-            f"tensor of shape {tuple(shape)} and dtype {dtype_name} needs {size} bytes, "
+            f"tensor of shape {tuple(shape)} and dtype {dtype_name} needs {padded} bytes, "
             f"the frame has {len(cursor.payload) - start} left"
         )
-    cursor.offset, cursor.index = start + size, index + 1
+    cursor.offset, cursor.index = start + padded, index + 1
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
-    raw_dtype = torch.int16 if dtype in (torch.bfloat16, torch.float16) else dtype
-    # A copy of its own bytes: aligned, and nothing shared with the frame or other tensors.
-    flat = torch.frombuffer(cursor.payload[start:start + size], dtype=raw_dtype).clone()
-    return flat.view(dtype).reshape(shape)
+    # ``start`` is a multiple of ALIGN in an aligned buffer: a view in any dtype is valid.
+    return cursor.take(start, size).view(dtype).view(shape)

@@ -9,6 +9,7 @@ Imports only the stdlib, torch, ``wire`` and ``forbidden`` (loaded by path by th
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.abc
 import importlib.util
@@ -64,14 +65,23 @@ class LabLoader(importlib.abc.Loader):
             raw = fh.read()
         # UnicodeDecodeError is reported like an import error; a UTF-8 BOM is allowed.
         source = raw.decode("utf-8-sig")
-        problems = static_violations(source, filename, self.finder.forbidden)
+        tree = None
+        if self.finder.forbidden:
+            # Parsed once: for the scan, then compiled from the tree.
+            try:
+                tree = ast.parse(source, filename)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                pass            # compiling the source below reports it, with its line
+        problems = (forbidden.static_violations_in(tree, filename, self.finder.forbidden)
+                    if tree is not None else [])
         for problem in problems:
             forbidden._state["violations"].append(problem.rsplit("uses ", 1)[-1])
         if problems:
             raise ForbiddenAPIError(
                 f"{self.finder.lab} may not use: " + "; ".join(problems[:5])
             )
-        code = compile(source, filename, "exec", dont_inherit=True)
+        code = compile(tree if tree is not None else source, filename, "exec",
+                       dont_inherit=True)
         exec(code, module.__dict__)
 
 
