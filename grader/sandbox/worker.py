@@ -270,7 +270,6 @@ class Server:
             except wire.PeerClosed:
                 return
             self.stdout.take()
-            import time as _t; _a=_t.perf_counter(); _b=_t.thread_time()
             try:
                 reply = {"ok": self.handle(req)}
             except _ImportFailed:
@@ -278,7 +277,6 @@ class Server:
             except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too
                 reply = {"error": describe_exception(exc, self.folder)}
             reply["stdout"] = self.stdout.take()
-            reply["_t"] = [_t.perf_counter()-_a, _t.thread_time()-_b]
             reply["forbidden"] = forbidden.take_violations()
             try:
                 frame = wire.encode(reply)
