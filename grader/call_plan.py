@@ -1,26 +1,31 @@
-"""Call plans: the calls the suites make of a correct submission, sent to workers ahead.
+"""Call plans: each test's first call, sent to its worker as the test starts.
 
 A test asks its lab's worker for one call at a time and waits for each reply: the grader
 and the worker take turns, and on this kind of machine every turn (a sleep, a wake-up, cold
-caches after it) cost more than the small calls themselves. Yet the calls barely depend on
-the submission: the suites draw their inputs from seeded generators and build a fresh
-module for every call. So the grader grades the course's reference solutions once per
-process, recording every request each test made (``record``), and for every later
-submission hands each lab's worker that whole list when it starts
-(``Session(plan=...)``, ``Worker.send_ahead``). The worker works through it while pytest
-runs the tests; a test's call whose request is the planned one takes the reply already
-there. What a test asks is still checked: a request that differs from the plan (a test
-that took another path) voids what was sent ahead, kills that worker, and the lab goes on
-one call at a time in a fresh one. Planned calls of a test that stopped early (a failed
-check) still run, in order; their replies are read and dropped before the next test
-starts, within the finished test's time limit.
+caches after it) costs more than the small calls themselves. Yet a test's first call barely
+depends on the submission: the suites draw their inputs from seeded generators. So the
+grader grades the course's reference solutions once per process, recording each test's
+first request and how many calls it made (``record``); for every later submission,
+``Session.start_test`` sends that request to the lab's worker as the test starts, and the
+worker computes it while pytest sets the test up and the test builds its inputs and
+references. Most tests make one call: as soon as such a test's call is answered, the next
+test's first request (same lab) goes out, so the worker computes it while the grader checks
+the reply. A test's first call takes the reply (already there, or on its way) if its request
+is byte-for-byte the planned one.
 
-Deadlines are unchanged: a test's calls must answer within its own limit, counted from its
-start, and a worker that overruns is killed as before. For code whose calls do not depend
-on one another's side effects, the outcome is the same as one call at a time; code that
-keeps state between calls may see the state of planned calls of a test that failed early.
-The plan depends only on the suites, the rubric and the reference solutions, so a
-submission grades the same way every time (a rerun of a batch gives the same gradebook).
+Only a test's first request is ever planned: it cannot carry anything the test got back
+from student code, so what is sent ahead holds inputs only, never a reference solution's
+output (a test that passes an output back, like ``merge_heads(split_heads(x))``, does so in
+a later call, which goes as asked). The suites must not carry values from one test to the
+next (docs/internals.md), so no first request depends on another test's replies either.
+
+A first request that differs from the plan, or a call the plan did not count (a one-call
+test that made a second call while the next test's call was already out), voids what was
+sent: that worker is killed and the call goes to a fresh one. A planned call the test never
+made is read and dropped before the next test starts, within the finished test's limit. Deadlines are unchanged: a
+test's calls answer within its limit, counted from its start. The plan depends only on the
+suites, the rubric and the reference solutions, so a submission grades the same way every
+time.
 """
 
 from __future__ import annotations
@@ -35,28 +40,16 @@ from grader import paths
 
 @dataclass(frozen=True)
 class PlannedCall:
-    test: str       # node id of the test that makes the call; "" for the lab's import probe
+    lab: str        # the lab whose worker the call goes to
     frame: bytes    # the request, as the wire encodes it
 
 
 @dataclass
 class CallPlan:
-    """Per lab, the planned calls in the order the grader makes them."""
-    calls: dict[str, list[PlannedCall]] = field(default_factory=dict)
-    order: dict[str, int] = field(default_factory=dict)   # test node id -> position
-
-    def position(self, test: str) -> int | None:
-        """Where ``test`` runs among the planned tests (-1 for the probes; None: unknown)."""
-        return -1 if test == "" else self.order.get(test)
-
-    @classmethod
-    def from_recording(cls, recording: list[tuple[str, str, bytes]],
-                       tests: list[str]) -> "CallPlan":
-        """``recording``: (lab, test node id, frame) per request; ``tests``: the run order."""
-        plan = cls(order={test: i for i, test in enumerate(tests)})
-        for lab, test, frame in recording:
-            plan.calls.setdefault(lab, []).append(PlannedCall(test, frame))
-        return plan
+    """Each test's first call, how many calls it made, and the test run after it."""
+    first: dict[str, PlannedCall] = field(default_factory=dict)    # test node id -> call
+    calls: dict[str, int] = field(default_factory=dict)            # test node id -> count
+    following: dict[str, str] = field(default_factory=dict)        # test -> the next test
 
 
 def _digest_files(h, root: Path, pattern: str) -> None:
@@ -105,15 +98,13 @@ def plan_for(*, rubric, labs: list[str], visibility: tuple[str, ...], zygote,
 
 def record(*, rubric, labs: list[str], visibility: tuple[str, ...], zygote,
            runner) -> CallPlan | None:
-    """Grade the reference solutions one call at a time and keep every request made."""
+    """Grade the reference solutions one call at a time, keeping each test's first request."""
     from grader.grading import grade_with_session
 
-    recording: list[tuple[str, str, bytes]] = []
-    tests: list[str] = []
+    plan = CallPlan()
     try:
         grade_with_session(paths.SOLUTIONS, rubric=rubric, labs=labs, visibility=visibility,
-                           zygote=zygote, runner=runner, plan=None,
-                           recording=recording, tests=tests)
+                           zygote=zygote, runner=runner, plan=None, recording=plan)
     except Exception:  # noqa: BLE001 - without a plan, grading only goes slower
         return None
-    return CallPlan.from_recording(recording, tests)
+    return plan

@@ -238,8 +238,9 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
 
     ``zygote`` and ``runner`` (a started ``SuiteRunner``) are reused when given, as a
     batch does for every student of a grading process; otherwise started and closed here.
-    ``send_ahead``: send each lab's worker the calls the suites will make (grader.call_plan;
-    recorded once per process from the reference solutions, where they are present).
+    ``send_ahead``: send each test's first call to its worker as the test starts
+    (grader.call_plan; recorded once per process from the reference solutions, where they
+    are present).
     """
     rubric = rubric or load_rubric(paths.RUBRIC)
     labs = list(labs or rubric.labs)
@@ -272,12 +273,12 @@ def _quiet_runner(rubric: Rubric, labs: list[str], visibility: tuple[str, ...]):
 
 def grade_with_session(submission: str | Path, *, rubric: Rubric, labs: list[str],
                        visibility: tuple[str, ...], zygote: Zygote, runner: SuiteRunner,
-                       name: str | None = None, plan=None, recording: list | None = None,
-                       tests: list | None = None) -> SubmissionResult:
+                       name: str | None = None, plan=None,
+                       recording=None) -> SubmissionResult:
     """``grade_submission``'s steps with a given zygote, runner and call plan.
 
-    ``recording``/``tests``: filled with every request made and the tests in run order
-    (grader.call_plan records a plan this way).
+    ``recording``: a CallPlan filled with each test's first request (grader.call_plan
+    records a plan this way).
     """
     started = time.monotonic()
     submission = Path(submission)
@@ -292,7 +293,7 @@ def grade_with_session(submission: str | Path, *, rubric: Rubric, labs: list[str
             return grade_with_session(Path(tmp) / "submission", rubric=rubric, labs=labs,
                                       visibility=visibility, zygote=zygote,
                                       name=name or submission.stem, runner=runner, plan=plan,
-                                      recording=recording, tests=tests)
+                                      recording=recording)
     # Every lab file crosses (a lab may import another), but only ``labs`` are graded.
     clean = sanitize(submission, rubric, list(rubric.labs))
     problems = {lab: ("missing" if "not found" in why else "error", why)
@@ -300,7 +301,7 @@ def grade_with_session(submission: str | Path, *, rubric: Rubric, labs: list[str
     scratch = make_scratch(clean.files)
     session = Session(zygote=zygote, submission_dir=scratch.name,
                       forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()},
-                      plan=plan, recording=recording, tests=tests)
+                      plan=plan, recording=recording)
     try:
         runnable = []
         for lab in labs:

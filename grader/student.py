@@ -79,22 +79,25 @@ class RecordedCall:
     error: StudentError | None = None
 
 
+MAX_AHEAD = 8   # planned calls out to a worker at once
+
+
 @dataclass
-class _Stream:
-    """A worker that was sent its lab's planned calls; ``pos``: the next one to answer."""
+class _Ahead:
+    """A test's planned first call, sent to ``worker`` as the test started."""
+    test: str
+    call: PlannedCall
     worker: Worker
-    calls: list[PlannedCall]
-    pos: int = 0
 
 
 @dataclass
 class Session:
     """The workers for one submission: at most one live worker per lab.
 
-    With a ``plan`` (grader.call_plan), each lab's first worker is sent the lab's planned
-    calls when it starts and the tests take the replies as they ask for them.
-    ``recording``/``tests``: lists to record every request (lab, test, frame) and the tests
-    in the order they start (how a plan is made).
+    With a ``plan`` (grader.call_plan), each test's first call is sent to its worker as the
+    test starts, or as soon as the call of the one-call test before it is answered.
+    ``recording``: a CallPlan to fill with each test's first request, call count and
+    successor (how a plan is made).
     """
     zygote: Zygote
     submission_dir: str
@@ -108,55 +111,66 @@ class Session:
     # failed test; reset by start_test.
     calls: list[RecordedCall] = field(default_factory=list)
     plan: CallPlan | None = None
-    recording: list | None = None
-    tests: list | None = None
+    recording: CallPlan | None = None
     test: str = ""                                  # node id of the current test
-    streams: dict[str, _Stream] = field(default_factory=dict)
-    _streamed: set = field(default_factory=set)     # labs whose plan was sent (once each)
+    made: int = 0                                   # calls the current test has made
+    # Planned first calls sent to a worker, in the order it answers them (one worker).
+    ahead: list[_Ahead] = field(default_factory=list)
 
     def start_test(self, time_limit_s: float, test: str = "") -> None:
-        finished_limit = self.time_limit_s
-        self.test = test
-        if self.tests is not None and test:
-            self.tests.append(test)
-        # Planned calls of tests that are over (a test that stopped early) have run or are
-        # running: read their replies and drop them, within the finished test's limit.
-        for lab in list(self.streams):
-            self._drain(lab, finished_limit)
+        if self.recording is not None and test:
+            if self.test:
+                self.recording.following[self.test] = test
+            self.recording.calls.setdefault(test, 0)
+        # Planned calls the finished test never made have run or are running: read their
+        # replies and drop them, within the finished test's limit (else that worker ends).
+        # This test's own first call may be out already (see _send_ahead).
+        deadline = time.monotonic() + self.time_limit_s
+        while self.ahead and self.ahead[0].test != test:
+            stale = self.ahead.pop(0)
+            try:
+                stale.worker.receive(timeout_s=max(0.0, deadline - time.monotonic()))
+            except (WorkerTimeout, WorkerDied):
+                self.ahead.clear()      # killed: what was sent to it is lost
+        self.test, self.made = test, 0
         # Whatever the previous test's calls left running (a daemon, a fork bomb, a
         # setsid'd grandchild) ends with that test: its worker is replaced.
         for worker in self.workers.values():
             if worker.alive and worker.has_children():
                 worker.kill()
+        if self.ahead and not self.ahead[0].worker.alive:
+            self.ahead.clear()          # sent to a worker that has ended since: send again
         self.time_limit_s = time_limit_s
         self.deadline = time.monotonic() + time_limit_s
         self.calls = []
+        planned = self.plan.first.get(test) if self.plan is not None and test else None
+        if planned is not None and not self.ahead:
+            self._send_ahead(test, planned)
 
-    def _drain(self, lab: str, limit_s: float) -> None:
-        stream = self.streams[lab]
-        now = self.plan.position(self.test) if self.plan else None
-        if now is None:
-            # A test the plan does not know: nothing sent ahead can be matched any more.
-            self._void(lab)
+    def _send_ahead(self, test: str, planned: PlannedCall) -> bool:
+        try:
+            worker = self._worker(planned.lab)
+            worker.send_ahead(planned.frame, count=1)
+        except (StudentError, WorkerDied):
+            return False                # the test's own call meets the same failure
+        self.ahead.append(_Ahead(test, planned, worker))
+        return True
+
+    def _chain(self, lab: str) -> None:
+        """The current test made all its planned calls: send the next tests' first calls,
+        up to and including the next test that makes more than one (its later calls go as
+        asked, so nothing may be queued behind them)."""
+        last = self.ahead[-1].test if self.ahead else self.test
+        if self.ahead and self.plan.calls.get(last) != 1:
             return
-        deadline = time.monotonic() + limit_s
-        while stream.pos < len(stream.calls):
-            owner = self.plan.position(stream.calls[stream.pos].test)
-            if owner is None or owner >= now:
+        while len(self.ahead) < MAX_AHEAD:
+            nxt = self.plan.following.get(last)
+            planned = self.plan.first.get(nxt) if nxt else None
+            if planned is None or planned.lab != lab or not self._send_ahead(nxt, planned):
                 return
-            try:
-                stream.worker.receive(timeout_s=max(0.0, deadline - time.monotonic()))
-            except (WorkerTimeout, WorkerDied):
-                self._void(lab)         # the worker was killed; the next call starts afresh
+            if self.plan.calls.get(nxt) != 1:
                 return
-            stream.pos += 1
-        del self.streams[lab]
-
-    def _void(self, lab: str) -> None:
-        """Forget what was sent ahead to ``lab``'s worker, and end that worker."""
-        stream = self.streams.pop(lab, None)
-        if stream is not None:
-            stream.worker.kill()
+            last = nxt
 
     def request(self, lab: str, req: dict):
         """Send ``req`` to the lab's worker; the reply's value. Every call is recorded."""
@@ -173,25 +187,16 @@ class Session:
             self.calls.append(call)
 
     def _worker(self, lab: str) -> Worker:
-        """The lab's live worker; a new one (sent the lab's plan, the first time) if none."""
+        """The lab's live worker, or a new one."""
         worker = self.workers.get(lab)
         if worker is not None and worker.alive:
             return worker
-        self.streams.pop(lab, None)
         try:
             worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
                                        forbidden=list(self.forbidden.get(lab, ())))
         except SandboxError as exc:
             raise StudentError(kind="crash", message=f"the sandbox failed: {exc}", lab=lab)
         self.workers[lab] = worker
-        planned = self.plan.calls.get(lab) if self.plan is not None else None
-        if planned and lab not in self._streamed:
-            self._streamed.add(lab)
-            try:
-                worker.send_ahead(b"".join(c.frame for c in planned), count=len(planned))
-            except WorkerDied:
-                pass                    # the next receive reports it
-            self.streams[lab] = _Stream(worker, planned)
         return worker
 
     def _send(self, lab: str, req: dict):
@@ -199,30 +204,33 @@ class Session:
         if remaining <= 0:
             raise self._timeout(lab)
         frame = wire.encode(req)
-        if self.recording is not None:
-            self.recording.append((lab, self.test, frame))
-        worker = self._worker(lab)
-        stream = self.streams.get(lab)
-        if stream is not None:
-            planned = stream.calls[stream.pos] if stream.pos < len(stream.calls) else None
-            if planned is None or planned.test != self.test or planned.frame != frame:
-                # The test asked for something else than planned: what was sent ahead
-                # is void, and this lab goes on one call at a time in a fresh worker.
-                self._void(lab)
-                worker, stream = self._worker(lab), None
-        try:
-            if stream is not None:
-                stream.pos += 1
-                if stream.pos == len(stream.calls):
-                    del self.streams[lab]
+        if self.recording is not None and self.test:
+            self.recording.first.setdefault(self.test, PlannedCall(lab, frame))
+            self.recording.calls[self.test] = self.recording.calls.get(self.test, 0) + 1
+        ahead = self.ahead[0] if self.ahead else None
+        if ahead is not None and ahead.call.lab == lab:
+            if ahead.test == self.test and ahead.call.frame == frame:
+                self.ahead.pop(0)
             else:
+                # Not the planned call (another request, or a call the plan did not count
+                # while later tests' calls are out): the worker is busy with calls nobody
+                # wants. It ends; this call goes to a fresh one.
+                ahead.worker.kill()
+                self.ahead.clear()
+                ahead = None
+        else:
+            ahead = None
+        worker = ahead.worker if ahead is not None else self._worker(lab)
+        self.made += 1
+        try:
+            if ahead is None:
                 worker.send_ahead(frame, count=1)
             reply = worker.receive(timeout_s=remaining)
+            if self.plan is not None and self.made == self.plan.calls.get(self.test):
+                self._chain(lab)
         except WorkerTimeout:
-            self.streams.pop(lab, None)
             raise self._timeout(lab) from None
         except WorkerDied as exc:
-            self.streams.pop(lab, None)
             raise StudentError(
                 kind="crash", lab=lab,
                 message="it exited or was killed before answering (os._exit, a signal, "
