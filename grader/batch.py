@@ -374,6 +374,11 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
         # One pytest session for every student of this process: the suites are
         # configured, imported and collected once, not once per student.
         runner = SuiteRunner(rubric=rubric).start()
+        # The calls sent ahead to workers, recorded now rather than in the first student's
+        # time (grade_submission finds them cached).
+        from grader.call_plan import plan_for
+        plan_for(rubric=rubric, labs=list(rubric.labs), visibility=("public", "hidden"),
+                 zygote=zygote, runner=runner)
     except Exception as exc:  # noqa: BLE001 - reported to the batch, which stops
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return

@@ -233,20 +233,23 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                      visibility: tuple[str, ...] = ("public", "hidden"),
                      zygote: Zygote | None = None, name: str | None = None,
                      runner: SuiteRunner | None = None,
-                     send_ahead: bool = True) -> SubmissionResult:
+                     send_ahead: bool | None = None) -> SubmissionResult:
     """Grade one submission (a folder of lab files, or one lab file).
 
     ``zygote`` and ``runner`` (a started ``SuiteRunner``) are reused when given, as a
     batch does for every student of a grading process; otherwise started and closed here.
-    ``send_ahead``: send each test's first call to its worker as the test starts
+    ``send_ahead``: send each test's first call to its worker ahead of the test
     (grader.call_plan; recorded once per process from the reference solutions, where they
-    are present).
+    are present). By default only with a given ``runner``: recording costs about one
+    submission's grading, which pays off over many submissions, not one.
     """
     rubric = rubric or load_rubric(paths.RUBRIC)
     labs = list(labs or rubric.labs)
     for lab in labs:
         if lab not in rubric.labs:
             raise SubmissionError(f"unknown lab {lab!r}; the labs are {', '.join(rubric.labs)}")
+    if send_ahead is None:
+        send_ahead = runner is not None
     with contextlib.ExitStack() as stack:
         if zygote is None:
             zygote = stack.enter_context(Zygote(forbidden=tuple(sorted(
