@@ -141,16 +141,22 @@ def submission_digest(entry: Entry) -> str:
     return h.hexdigest()
 
 
+def tree_digest(root: Path, keep) -> str:
+    """sha256 of the files under ``root`` that ``keep(path)`` accepts (names and bytes)."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and keep(path):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def course_digests(rubric: Rubric) -> dict[str, str]:
     """sha256 of the rubric file and of the suites (every .py and pytest.ini under suites/)."""
     rubric_hash = hashlib.sha256(Path(rubric.path).read_bytes()).hexdigest()
-    h = hashlib.sha256()
-    for path in sorted(paths.SUITES.rglob("*")):
-        if path.is_file() and (path.suffix == ".py" or path.name == "pytest.ini") \
-                and "__pycache__" not in path.parts:
-            h.update(path.relative_to(paths.SUITES).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
-    return {"rubric": rubric_hash, "suites": h.hexdigest()}
+    suites = tree_digest(paths.SUITES,
+                         lambda p: p.suffix == ".py" or p.name == "pytest.ini")
+    return {"rubric": rubric_hash, "suites": suites}
 
 
 def is_up_to_date(student_dir: Path, fingerprint: dict) -> bool:

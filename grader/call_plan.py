@@ -8,10 +8,11 @@ grader grades the course's reference solutions once per process, recording each 
 first request and how many calls it made (``record``); for every later submission,
 ``Session.start_test`` sends that request to the lab's worker as the test starts, and the
 worker computes it while pytest sets the test up and the test builds its inputs and
-references. Most tests make one call: as soon as such a test's call is answered, the next
-test's first request (same lab) goes out, so the worker computes it while the grader checks
-the reply. A test's first call takes the reply (already there, or on its way) if its request
-is byte-for-byte the planned one.
+references. Most tests make one call: as soon as such a test's call is answered, the first
+requests of the tests after it (same lab, up to and including the next test that makes
+more than one call) go out, so the worker works through them while the grader checks. A
+test's first call takes the reply (already there, or on its way) if its request is
+byte-for-byte the planned one.
 
 Only a test's first request is ever planned: it cannot carry anything the test got back
 from student code, so what is sent ahead holds inputs only, never a reference solution's
@@ -22,18 +23,16 @@ next (docs/internals.md), so no first request depends on another test's replies 
 A first request that differs from the plan, or a call the plan did not count (a one-call
 test that made a second call while the next test's call was already out), voids what was
 sent: that worker is killed and the call goes to a fresh one. A planned call the test never
-made is read and dropped before the next test starts, within the finished test's limit. Deadlines are unchanged: a
-test's calls answer within its limit, counted from its start. The plan depends only on the
-suites, the rubric and the reference solutions, so a submission grades the same way every
-time.
+made is read and dropped before the next test starts, within the finished test's limit.
+Deadlines are unchanged: a test's calls answer within its limit, counted from its start.
+The plan depends only on the suites, the rubric and the reference solutions, so a
+submission grades the same way every time.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from grader import paths
 
@@ -52,20 +51,13 @@ class CallPlan:
     following: dict[str, str] = field(default_factory=dict)        # test -> the next test
 
 
-def _digest_files(h, root: Path, pattern: str) -> None:
-    for path in sorted(root.rglob(pattern)):
-        if path.is_file() and "__pycache__" not in path.parts:
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
-
-
 def solutions_digest() -> str:
     """sha256 of the reference solutions the plans are recorded with ("" if there are none)."""
+    from grader.batch import tree_digest
+
     if not paths.SOLUTIONS.is_dir():
         return ""
-    h = hashlib.sha256()
-    _digest_files(h, paths.SOLUTIONS, "*.py")
-    return h.hexdigest()
+    return tree_digest(paths.SOLUTIONS, lambda p: p.suffix == ".py")
 
 
 _PLANS: dict[tuple, CallPlan | None] = {}
@@ -98,7 +90,8 @@ def plan_for(*, rubric, labs: list[str], visibility: tuple[str, ...], zygote,
 
 def record(*, rubric, labs: list[str], visibility: tuple[str, ...], zygote,
            runner) -> CallPlan | None:
-    """Grade the reference solutions one call at a time, keeping each test's first request."""
+    """Grade the reference solutions one call at a time, keeping each test's first request,
+    its number of calls and the test after it (``Session(recording=...)``)."""
     from grader.grading import grade_with_session
 
     plan = CallPlan()

@@ -5,8 +5,9 @@ header, then the payload: the raw bytes of every tensor the header mentions, in 
 order, each padded with zeros to a multiple of 8 bytes. A tensor is written in JSON as
 ``{"__tensor__": index, "dtype": "float32", "shape": [2, 3]}``; its size follows from its
 dtype and shape, so a frame is read with three exact reads, whatever it carries, and every
-tensor is a view of the (8-byte aligned) payload buffer: nothing is copied twice. Nothing is pickled: decoding builds only dicts, lists, strings, numbers, booleans,
-None and plain ``torch.Tensor`` objects, after checking dtype, shape and sizes against caps.
+tensor is a view of the (8-byte aligned) payload buffer: nothing is copied twice. Nothing
+is pickled: decoding builds only dicts, lists, strings, numbers, booleans, None and plain
+``torch.Tensor`` objects, after checking dtype, shape and sizes against caps.
 
 This module is loaded by path inside the worker too, so it imports only the stdlib and torch.
 """
