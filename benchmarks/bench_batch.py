@@ -276,11 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(nb, dict):
         print(f"nbgrader: {nb}")
     b = figures["batch"]
+    cores = min(jobs, os.cpu_count() or 1)     # more processes than CPUs add no cores
     print(f"\nbatch: {b['per_submission_per_core_s']:.2f} s of wall time per submission per "
           f"core; grade_submission {b['engine_mean_s']:.2f} s mean wall; "
           f"{b['cpu_per_submission_s']:.2f} CPU-s per submission (grading process + sandbox, "
-          f"tests' compute included; on {jobs} idle cores: "
-          f"{duration(b['cpu_per_submission_s'] * n / jobs)} for {n})")
+          f"tests' compute included; on {cores} idle cores: "
+          f"{duration(b['cpu_per_submission_s'] * n / cores)} for {n})")
     if not isinstance(pp, dict):
         print(f"pytest baseline: {pp}")
     elif pp["score_mismatches"]:
