@@ -141,22 +141,16 @@ def submission_digest(entry: Entry) -> str:
     return h.hexdigest()
 
 
-def tree_digest(root: Path, keep) -> str:
-    """sha256 of the files under ``root`` that ``keep(path)`` accepts (names and bytes)."""
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and keep(path):
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def course_digests(rubric: Rubric) -> dict[str, str]:
     """sha256 of the rubric file and of the suites (every .py and pytest.ini under suites/)."""
     rubric_hash = hashlib.sha256(Path(rubric.path).read_bytes()).hexdigest()
-    suites = tree_digest(paths.SUITES,
-                         lambda p: p.suffix == ".py" or p.name == "pytest.ini")
-    return {"rubric": rubric_hash, "suites": suites}
+    h = hashlib.sha256()
+    for path in sorted(paths.SUITES.rglob("*")):
+        if path.is_file() and (path.suffix == ".py" or path.name == "pytest.ini") \
+                and "__pycache__" not in path.parts:
+            h.update(path.relative_to(paths.SUITES).as_posix().encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+    return {"rubric": rubric_hash, "suites": h.hexdigest()}
 
 
 def is_up_to_date(student_dir: Path, fingerprint: dict) -> bool:
@@ -365,6 +359,17 @@ def _start_zygote(rubric: Rubric, slot: int):
     return Zygote(forbidden=forbidden, slot=slot).start()
 
 
+def _start_runner(rubric: Rubric, zygote):
+    """A started SuiteRunner with its call plan recorded (grader.call_plan) now, not in
+    the first student's time."""
+    from grader.call_plan import plan_for
+    from grader.suite_runner import SuiteRunner
+
+    runner = SuiteRunner(rubric=rubric).start()
+    plan_for(runner=runner, labs=list(rubric.labs), zygote=zygote)
+    return runner
+
+
 def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
     """A grading process: one zygote, then one student per message until told to stop."""
     _die_with_parent()
@@ -373,18 +378,11 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
     torch.set_num_threads(1)
     import grader.grading  # noqa: F401 - the engine (pytest, the plugin), once, up front
 
-    from grader.suite_runner import SuiteRunner
-
     try:
         zygote = _start_zygote(rubric, slot)
         # One pytest session for every student of this process: the suites are
         # configured, imported and collected once, not once per student.
-        runner = SuiteRunner(rubric=rubric).start()
-        # The calls sent ahead to workers, recorded now rather than in the first student's
-        # time (grade_submission finds them cached).
-        from grader.call_plan import plan_for
-        plan_for(rubric=rubric, labs=list(rubric.labs), visibility=("public", "hidden"),
-                 zygote=zygote, runner=runner)
+        runner = _start_runner(rubric, zygote)
     except Exception as exc:  # noqa: BLE001 - reported to the batch, which stops
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -404,7 +402,7 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
             reply = grade_task(task, rubric=rubric, out=out, zygote=zygote, runner=runner)
             if reply.pop("restart_runner"):
                 runner.close()
-                runner = SuiteRunner(rubric=rubric).start()
+                runner = _start_runner(rubric, zygote)
             if reply.pop("restart_zygote"):
                 zygote.close()
                 zygote = _start_zygote(rubric, slot)

@@ -4,8 +4,8 @@ A test asks its lab's worker for one call at a time and waits for each reply: th
 and the worker take turns, and on this kind of machine every turn (a sleep, a wake-up, cold
 caches after it) costs more than the small calls themselves. Yet a test's first call barely
 depends on the submission: the suites draw their inputs from seeded generators. So the
-grader grades the course's reference solutions once per process, recording each test's
-first request and how many calls it made (``record``); for every later submission,
+grader grades the course's reference solutions once per suite runner, recording each
+test's first request and how many calls it made (``record``); for every later submission,
 ``Session.start_test`` sends that request to the lab's worker as the test starts, and the
 worker computes it while pytest sets the test up and the test builds its inputs and
 references. Most tests make one call: as soon as such a test's call is answered, the first
@@ -31,7 +31,6 @@ submission grades the same way every time.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from grader import paths
@@ -51,41 +50,21 @@ class CallPlan:
     following: dict[str, str] = field(default_factory=dict)        # test -> the next test
 
 
-def solutions_digest() -> str:
-    """sha256 of the reference solutions the plans are recorded with ("" if there are none)."""
-    from grader.batch import tree_digest
-
-    if not paths.SOLUTIONS.is_dir():
-        return ""
-    return tree_digest(paths.SOLUTIONS, lambda p: p.suffix == ".py")
-
-
-_PLANS: dict[tuple, CallPlan | None] = {}
-_LOCK = threading.Lock()
-
-
-def plan_for(*, rubric, labs: list[str], visibility: tuple[str, ...], zygote,
-             runner) -> CallPlan | None:
-    """The plan for these labs and suites, recorded once per process; None without one.
+def plan_for(*, runner, labs: list[str], zygote) -> CallPlan | None:
+    """The plan for ``runner``'s suites and these labs, recorded once per runner; None
+    without one.
 
     Recording grades the reference solutions (in the sandbox, like any submission, one call
     at a time) through ``runner``. No solutions, or a recording that fails: no plan, and
-    grading goes one call at a time.
+    grading goes one call at a time. A runner collects its suites once, so its plans stay
+    right for as long as it runs (a batch's grading process keeps one).
     """
-    from grader.batch import course_digests
-
-    if not paths.SOLUTIONS.is_dir():
-        return None
-    try:
-        key = (tuple(visibility), tuple(labs), tuple(sorted(course_digests(rubric).items())),
-               solutions_digest())
-    except Exception:  # noqa: BLE001 - e.g. a rubric built in memory, with no file
-        return None
-    with _LOCK:
-        if key not in _PLANS:
-            _PLANS[key] = record(rubric=rubric, labs=labs, visibility=visibility,
-                                 zygote=zygote, runner=runner)
-        return _PLANS[key]
+    key = tuple(labs)
+    if key not in runner.plans:
+        runner.plans[key] = (record(rubric=runner.rubric, labs=labs,
+                                    visibility=runner.visibility, zygote=zygote, runner=runner)
+                             if paths.SOLUTIONS.is_dir() else None)
+    return runner.plans[key]
 
 
 def record(*, rubric, labs: list[str], visibility: tuple[str, ...], zygote,

@@ -174,9 +174,16 @@ def run_suites(session: Session, rubric: Rubric, labs: list[str],
         return runner.run(session, labs)
     if not labs:
         return [], []
+    with _quiet_runner(rubric, labs, visibility) as own:
+        return own.run(session, labs)
+
+
+@contextlib.contextmanager
+def _quiet_runner(rubric: Rubric, labs: list[str], visibility: tuple[str, ...]):
+    """A SuiteRunner for one use, with pytest's start-up output kept off stdout."""
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), \
             SuiteRunner(rubric=rubric, labs=labs, visibility=visibility) as own:
-        return own.run(session, labs)
+        yield own
 
 
 def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tuple[str, ...],
@@ -239,7 +246,7 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
     ``zygote`` and ``runner`` (a started ``SuiteRunner``) are reused when given, as a
     batch does for every student of a grading process; otherwise started and closed here.
     ``send_ahead``: send each test's first call to its worker ahead of the test
-    (grader.call_plan; recorded once per process from the reference solutions, where they
+    (grader.call_plan; recorded once per runner from the reference solutions, where they
     are present). By default only with a given ``runner``: recording costs about one
     submission's grading, which pays off over many submissions, not one.
     """
@@ -254,29 +261,21 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
         if zygote is None:
             zygote = stack.enter_context(Zygote(forbidden=tuple(sorted(
                 {f for l in rubric.labs.values() for f in l.forbidden}))))
-        if runner is None:
-            runner = stack.enter_context(_quiet_runner(rubric, labs, visibility))
         plan = None
         if send_ahead:
             from grader.call_plan import plan_for
 
-            plan = plan_for(rubric=rubric, labs=labs, visibility=tuple(visibility),
-                            zygote=zygote, runner=runner)
+            if runner is None:      # recording the plan needs a runner; grading reuses it
+                runner = stack.enter_context(_quiet_runner(rubric, labs, visibility))
+            plan = plan_for(runner=runner, labs=labs, zygote=zygote)
         return grade_with_session(submission, rubric=rubric, labs=labs,
                                   visibility=visibility, zygote=zygote, name=name,
                                   runner=runner, plan=plan)
 
 
-@contextlib.contextmanager
-def _quiet_runner(rubric: Rubric, labs: list[str], visibility: tuple[str, ...]):
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), \
-            SuiteRunner(rubric=rubric, labs=labs, visibility=visibility) as own:
-        yield own
-
-
 def grade_with_session(submission: str | Path, *, rubric: Rubric, labs: list[str],
-                       visibility: tuple[str, ...], zygote: Zygote, runner: SuiteRunner,
-                       name: str | None = None, plan=None,
+                       visibility: tuple[str, ...], zygote: Zygote,
+                       runner: SuiteRunner | None, name: str | None = None, plan=None,
                        recording=None) -> SubmissionResult:
     """``grade_submission``'s steps with a given zygote, runner and call plan.
 

@@ -121,7 +121,7 @@ class Session:
         if self.recording is not None and test:
             if self.test:
                 self.recording.following[self.test] = test
-            self.recording.calls.setdefault(test, 0)
+            self.recording.calls[test] = 0
         # Planned calls the finished test never made have run or are running: read their
         # replies and drop them, within the finished test's limit (else that worker ends).
         # This test's own first call may be out already (see _send_ahead).
@@ -206,7 +206,7 @@ class Session:
         frame = wire.encode(req)
         if self.recording is not None and self.test:
             self.recording.first.setdefault(self.test, PlannedCall(lab, frame))
-            self.recording.calls[self.test] = self.recording.calls.get(self.test, 0) + 1
+            self.recording.calls[self.test] += 1        # set to 0 by start_test
         ahead = self.ahead[0] if self.ahead else None
         if ahead is not None and ahead.call.lab == lab:
             if ahead.test == self.test and ahead.call.frame == frame:

@@ -78,6 +78,7 @@ class SuiteRunner:
         self.visibility = tuple(visibility)
         self.files = [f for lab in self.labs for f in suite_files(lab, self.visibility)]
         self.plugin = GradingPlugin(rubric=rubric, session=None)
+        self.plans: dict = {}       # grader.call_plan.plan_for: labs -> CallPlan or None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._stopped = threading.Event()
         self._exit: object = None

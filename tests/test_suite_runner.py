@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import make_submission
+from conftest import make_submission, without_timings
 from grader import paths
 from grader.grading import grade_submission
 from grader.memo import memoized
@@ -26,16 +26,6 @@ SEQUENCE = ["bug_softmax_dim", "ok_einsum", "broken_syntax", "missing_lab3",
             "bug_no_scale", "solutions"]
 
 
-def _comparable(result) -> dict:
-    """The result without timings (the only thing two runs may differ in)."""
-    d = result.to_dict()
-    d.pop("execution_time", None)
-    for lab in d.get("labs", []):
-        for test in lab.get("tests", []):
-            test.pop("duration_s", None)
-    return d
-
-
 def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path):
     folders = [paths.SOLUTIONS if name == "solutions" else
                make_submission(name, tmp_path / name) for name in SEQUENCE]
@@ -44,7 +34,7 @@ def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path
                   for f, n in zip(folders, SEQUENCE)]
     for folder, name, got in zip(folders, SEQUENCE, shared):
         fresh = grade_submission(folder, rubric=rubric, zygote=zygote, name=name)
-        assert _comparable(got) == _comparable(fresh), name
+        assert without_timings(got) == without_timings(fresh), name
     scores = {name: r.score for name, r in zip(SEQUENCE, shared)}
     assert scores["solutions"] == scores["ok_einsum"] == rubric.max_points
     assert scores["bug_softmax_dim"] < rubric.max_points
