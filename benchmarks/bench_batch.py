@@ -17,6 +17,10 @@ students, with:
 (b) nbgrader ``autograde`` of the notebook versions of the labs (``grader notebooks``),
     when nbgrader is importable; measured on --nbgrader-sample correct students and
     extrapolated.
+(c) the floor: the reference solutions graded --floor-repeat times in one warm process,
+    sandboxed as the batch grades them and in-process with no sandbox at all
+    (benchmarks/in_process_floor.py): what the suites' own work costs, which no isolation
+    design can go below.
 
 Nothing is faked: every figure printed is measured in this run or says how it was derived.
 """
@@ -166,6 +170,48 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
             "labs": len(rubric.labs), "scores": scores, "max_score": rubric.max_points}
 
 
+# ------------------------------------------------------------------------- (c) floor
+
+def suite_floor(repeat: int, work: Path) -> dict | str:
+    """benchmarks/in_process_floor.py in a process of its own (a clean, idle interpreter)."""
+    print(f"(c) the floor: the solutions graded {repeat} times, sandboxed and in-process ...",
+          flush=True)
+    out = work / "floor.json"
+    proc = subprocess.run([sys.executable, str(HERE / "in_process_floor.py"), "--repeat",
+                           str(repeat), "--json", str(out)], cwd=paths.COURSE,
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0 or not out.is_file():
+        return f"not measured (in_process_floor.py failed: {proc.stderr.strip()[-300:]})"
+    return json.loads(out.read_text())
+
+
+TARGET_STUDENTS, TARGET_S = 1000, 120.0     # issue #4: 1,000 submissions in 2 minutes
+
+
+def print_floor(floor: dict | str, *, cores: int, batch_cpu: float) -> None:
+    """Where the 2-minute target stands against what the suites' own work costs."""
+    n = TARGET_STUDENTS
+    budget = TARGET_S * cores / n   # CPU-s per submission that fit 2 minutes on these cores
+    print(f"target: {n} in {duration(TARGET_S)} on {cores} cores leaves {budget:.2f} CPU-s "
+          "per submission")
+    if not isinstance(floor, dict):
+        print(f"floor: {floor}")
+        return
+    box, bare = floor["sandboxed"], floor["in_process"]
+    same = "same report" if floor["same_report"] else "REPORTS DIFFER"
+    print(f"floor, the solutions graded {floor['repeat']} times in one warm process "
+          f"(scored {box['score']:g} and {bare['score']:g} of {floor['max_score']:g}, {same}):")
+    print(f"  sandboxed, as the batch grades:      {box['cpu_per_submission_s']:.3f} CPU-s per "
+          "submission")
+    print(f"  in-process, no sandbox at all:       {bare['cpu_per_submission_s']:.3f} CPU-s per "
+          f"submission ({bare['lab_code_per_submission_s']:.3f} of it in the lab code)")
+    print(f"  isolation costs {box['cpu_per_submission_s'] - bare['cpu_per_submission_s']:.3f} "
+          "CPU-s per submission; with none at all, "
+          f"{n} would take at least {duration(bare['cpu_per_submission_s'] * n / cores)} "
+          f"on {cores} idle cores ({bare['cpu_per_submission_s'] / budget:.1f}x the target's "
+          f"budget; the batch: {batch_cpu / budget:.1f}x)")
+
+
 # ------------------------------------------------------------------------- report
 
 def duration(seconds: float) -> str:
@@ -186,11 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-sample", type=int, default=10)
     parser.add_argument("--nbgrader-sample", type=int, default=2)
     parser.add_argument("--no-nbgrader", action="store_true")
+    parser.add_argument("--floor-repeat", type=int, default=20,
+                        help="gradings of the solutions for the floor (c); 0: skip it")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--keep", help="keep the class and the gradebook in this folder")
     args = parser.parse_args(argv)
     if args.quick:
         args.students, args.baseline_sample, args.nbgrader_sample = 40, 3, 1
+        args.floor_repeat = min(args.floor_repeat, 5)
     jobs = args.jobs or os.cpu_count() or 1
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-batch-"))
@@ -247,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         nb_dir.mkdir()
         figures["nbgrader"] = nbgrader_autograde(nb_dir, args.nbgrader_sample)
 
+    figures["floor"] = (suite_floor(args.floor_repeat, work) if args.floor_repeat > 0
+                        else "not measured (--floor-repeat 0)")
+
     n = args.students
     per = figures["batch"]["per_submission_s"]
     rows = [(f"grader batch, {jobs} process(es)", per, batch_s, "measured, whole class", 1.0)]
@@ -282,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{b['cpu_per_submission_s']:.2f} CPU-s per submission (grading process + sandbox, "
           f"tests' compute included; on {cores} idle cores: "
           f"{duration(b['cpu_per_submission_s'] * n / cores)} for {n})")
+    print_floor(figures["floor"], cores=cores,
+                batch_cpu=b["cpu_per_submission_s"])
     if not isinstance(pp, dict):
         print(f"pytest baseline: {pp}")
     elif pp["score_mismatches"]:

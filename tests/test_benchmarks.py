@@ -1,0 +1,65 @@
+"""The benchmark's floor (benchmarks/in_process_floor.py) measures the same grading.
+
+The floor answers the suites' requests in the grading process, on the reference solutions,
+with no sandbox: it is only a fair floor if it grades exactly as the sandbox does.
+"""
+
+import importlib.util
+import sys
+
+import pytest
+
+from conftest import without_timings
+from grader import paths
+from grader.grading import grade_submission
+
+BENCHMARKS = paths.COURSE / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def floor():
+    return _load("in_process_floor")
+
+
+def test_in_process_floor_grades_the_solutions_as_the_sandbox_does(floor, rubric, zygote):
+    boxed = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    bare_zygote = floor.InProcessZygote()
+    bare = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=bare_zygote)
+    assert boxed.score == rubric.max_points
+    assert without_timings(bare) == without_timings(boxed)
+    # Every lab was answered in this process, by the worker's own handler.
+    assert sorted(w.server.lab for w in bare_zygote.workers) == sorted(rubric.labs)
+    assert bare_zygote.handler_s > 0
+
+
+def test_in_process_worker_reports_student_exceptions_like_a_worker(floor):
+    worker = floor.InProcessWorker("lab1_attention")
+    from grader.sandbox import wire
+
+    worker.send_ahead(wire.encode({"op": "call", "target": "no_such_function",
+                                   "args": [], "kwargs": {}}), count=1)
+    reply = worker.receive(timeout_s=5)
+    assert reply["error"]["type"] == "AttributeError"
+    assert "lab1_attention.py has no no_such_function" in reply["error"]["message"]
+
+
+def test_floor_report_states_the_budget_and_the_multiples(capsys):
+    bench = _load("bench_batch")
+    floor = {"repeat": 3, "max_score": 100.0, "same_report": True,
+             "sandboxed": {"cpu_per_submission_s": 0.45, "score": 100.0},
+             "in_process": {"cpu_per_submission_s": 0.36, "score": 100.0,
+                            "lab_code_per_submission_s": 0.12}}
+    bench.print_floor(floor, cores=2, batch_cpu=0.48)
+    out = capsys.readouterr().out
+    assert "1000 in 2.0 min on 2 cores leaves 0.24 CPU-s per submission" in out
+    assert "isolation costs 0.090 CPU-s per submission" in out
+    assert "1000 would take at least 3.0 min on 2 idle cores (1.5x the target's budget; " \
+           "the batch: 2.0x)" in out
