@@ -12,6 +12,7 @@ import pytest
 from conftest import without_timings
 from grader import paths
 from grader.grading import grade_submission
+from grader.sandbox import wire
 
 BENCHMARKS = paths.COURSE / "benchmarks"
 
@@ -40,9 +41,25 @@ def test_in_process_floor_grades_the_solutions_as_the_sandbox_does(floor, rubric
     assert bare_zygote.handler_s > 0
 
 
-def test_in_process_worker_reports_student_exceptions_like_a_worker(floor):
+def test_floor_measures_both_ways_in_alternation(floor, rubric, zygote):
+    from grader.suite_runner import SuiteRunner
+
+    bare = floor.InProcessZygote()
+    with SuiteRunner(rubric=rubric) as runner:
+        got = floor.measure({"sandboxed": zygote, "in_process": bare}, runner, rubric, 2)
+    assert got["same_report"] is True
+    assert got["sandboxed"]["score"] == got["in_process"]["score"] == rubric.max_points
+    assert got["sandboxed"]["lab_code_per_submission_s"] is None   # the workers' own time
+    lab_code = got["in_process"]["lab_code_per_submission_s"]
+    assert 0 < lab_code < got["in_process"]["cpu_per_submission_s"]
+    # The sandboxed figure counts the zygote and its reaped workers, which run the lab code.
+    assert got["sandboxed"]["cpu_per_submission_s"] > got["in_process"]["cpu_per_submission_s"] - lab_code
+    # Two warm-ups and two rounds, each a fresh worker per lab (the solutions kill none).
+    assert len(bare.workers) == (2 + 2) * len(rubric.labs)
+
+
+def test_in_process_worker_reports_a_missing_name_as_the_worker_does(floor):
     worker = floor.InProcessWorker("lab1_attention")
-    from grader.sandbox import wire
 
     worker.send_ahead(wire.encode({"op": "call", "target": "no_such_function",
                                    "args": [], "kwargs": {}}), count=1)
