@@ -394,6 +394,12 @@ def test_killing_the_lifeline_ends_worker_and_keeper(zyg, scratch):
     w.alive = False
 
 
+def test_zygote_warm_up_runs_without_error(zyg):
+    # The warm-up is what makes a fresh worker's first calls cheap; a failure in it only
+    # slows workers down, so nothing else would notice (it once stopped half-way unseen).
+    assert zyg.warm_up == "ok"
+
+
 def test_torch_threads_after_fork_do_not_deadlock(worker):
     t0 = time.monotonic()
     threads, right = call(worker, "threads_matmul", 1024, 2, timeout=60)

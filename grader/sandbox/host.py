@@ -267,6 +267,7 @@ class Zygote:
     hide: tuple[str, ...] = ()
     pid: int | None = None
     landlock: int = 0           # the kernel's Landlock ABI (used in plain mode), 0 if none
+    warm_up: str = ""           # "ok", or why the zygote's warm-up failed (workers run colder)
     _proc: subprocess.Popen | None = None
     _control: socket.socket | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -312,6 +313,7 @@ class Zygote:
         self.mode = hello["mode"]
         self.pid = int(hello["pid"])
         self.landlock = int(hello.get("landlock", 0))
+        self.warm_up = str(hello.get("warm_up", ""))
         ours.settimeout(None)
         return self
 
