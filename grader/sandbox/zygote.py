@@ -118,7 +118,7 @@ def warm_up() -> None:
 class _WarmBlock(torch.nn.Module):
     """Our own stand-in for a lab module's class (the warm-up runs no student code)."""
 
-    def __init__(self, d: int, heads: int = 2, dropout: float = 0.0):
+    def __init__(self, d: int, dropout: float = 0.0):
         super().__init__()
         self.proj = torch.nn.Linear(d, d)
         self.norm = torch.nn.LayerNorm(d)
@@ -171,19 +171,20 @@ def _warm_request_loop() -> None:
             {"op": "call", "target": "missing", "args": [], "kwargs": {}},
         ]
         for req in requests:
-            frame = wire.encode(req)
-            header_len, payload_len = wire.PREFIX.unpack_from(frame)
-            start = wire.PREFIX.size
-            decoded = wire.decode(frame[start:start + header_len],
-                                  bytearray(frame[start + header_len:]))
             try:
-                reply = {"ok": server.handle(decoded)}
+                reply = {"ok": server.handle(_round_trip(wire.encode(req)))}
             except Exception as exc:  # noqa: BLE001 - the error path is warmed too
                 reply = {"error": worker.describe_exception(exc, "/nonexistent")}
             reply.update(stdout=server.stdout.take(), forbidden=forbidden.take_violations())
-            frame = wire.encode(reply)
-            header_len, _ = wire.PREFIX.unpack_from(frame)
-            wire.decode(frame[start:start + header_len], bytearray(frame[start + header_len:]))
+            _round_trip(wire.encode(reply))
+    torch.default_generator.manual_seed(0)      # every worker starts from the same state
+
+
+def _round_trip(frame: bytes):
+    """Decode a frame as a reader of the channel would."""
+    header_len, _ = wire.PREFIX.unpack_from(frame)
+    start = wire.PREFIX.size
+    return wire.decode(frame[start:start + header_len], bytearray(frame[start + header_len:]))
 
 
 def settle() -> int:
