@@ -90,7 +90,7 @@ class InProcessWorker:
 
     def receive(self, *, timeout_s: float):
         frame = self.queue.pop(0)
-        request = _decode(frame)
+        request = wire.decode_frame(frame)
         started = time.thread_time()
         try:
             reply = {"ok": self.server.handle(request)}
@@ -98,19 +98,13 @@ class InProcessWorker:
             reply = {"error": _worker_module().describe_exception(exc, str(paths.SOLUTIONS))}
         self.handler_s += time.thread_time() - started
         reply.update(stdout="", forbidden=[])
-        return _decode(wire.encode(reply))
+        return wire.decode_frame(wire.encode(reply))
 
     def has_children(self) -> bool:
         return False
 
     def kill(self) -> None:
         self.alive = False
-
-
-def _decode(frame: bytes):
-    header_len, payload_len = wire.PREFIX.unpack_from(frame)
-    header = frame[wire.PREFIX.size:wire.PREFIX.size + header_len]
-    return wire.decode(bytes(header), bytearray(frame[wire.PREFIX.size + header_len:][:payload_len]))
 
 
 class InProcessZygote:
@@ -205,7 +199,7 @@ def _measure(zygotes: dict, runner, rubric, repeat: int) -> dict:
             "lab_code_per_submission_s": ((zygote.handler_s - handler0[name]) / repeat
                                           if name in handler0 else None),
             "score": results[name].score}
-    figures["same_report"] = len({json.dumps(_comparable(r), sort_keys=True)
+    figures["same_report"] = len({json.dumps(r.to_dict_without_timings(), sort_keys=True)
                                   for r in results.values()}) == 1
     return figures
 
@@ -226,15 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(text + "\n")
     print(text)
     return 0
-
-
-def _comparable(result) -> dict:
-    data = result.to_dict()
-    data.pop("execution_time", None)
-    for lab in data.get("labs", []):
-        for test in lab.get("tests", []):
-            test.pop("duration_s", None)
-    return data
 
 
 if __name__ == "__main__":

@@ -91,6 +91,15 @@ class SubmissionResult:
                 "max_score": self.max_score, "execution_time": self.execution_time,
                 "notes": list(self.notes), "labs": [lab.to_dict() for lab in self.labs]}
 
+    def to_dict_without_timings(self) -> dict:
+        """``to_dict`` less the timings: all two gradings of one submission may differ in."""
+        data = self.to_dict()
+        del data["execution_time"]
+        for lab in data["labs"]:
+            for test in lab["tests"]:
+                del test["duration_s"]
+        return data
+
     def to_gradescope(self) -> dict:
         """Gradescope's results.json (top-level score, tests[] with per-test fields)."""
         tests = []

@@ -41,16 +41,6 @@ def make_submission(name: str, dest: Path) -> Path:
     return dest
 
 
-def without_timings(result) -> dict:
-    """A result as a dict without its timings (the only thing two runs may differ in)."""
-    data = result.to_dict()
-    data.pop("execution_time", None)
-    for lab in data.get("labs", []):
-        for test in lab.get("tests", []):
-            test.pop("duration_s", None)
-    return data
-
-
 @pytest.fixture(scope="session")
 def rubric():
     return load_rubric(paths.RUBRIC)

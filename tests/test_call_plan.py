@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import make_submission, without_timings
+from conftest import make_submission
 from grader import paths
 from grader.call_plan import CallPlan, PlannedCall, plan_for
 from grader.grading import grade_submission
@@ -75,7 +75,7 @@ def test_send_ahead_grades_like_one_call_at_a_time(name, rubric, zygote, runner,
     ahead = grade_submission(folder, rubric=rubric, zygote=zygote, runner=runner, name=name)
     one_by_one = grade_submission(folder, rubric=rubric, zygote=zygote, runner=runner,
                                   name=name, send_ahead=False)
-    assert without_timings(ahead) == without_timings(one_by_one)
+    assert ahead.to_dict_without_timings() == one_by_one.to_dict_without_timings()
 
 
 def test_the_plan_is_each_tests_first_request_and_inputs_only(rubric, zygote, runner):

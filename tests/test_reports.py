@@ -50,6 +50,20 @@ def _made_up_result() -> SubmissionResult:
     return SubmissionResult(submission="alice", labs=[lab1, lab2], execution_time=1.5)
 
 
+
+def test_to_dict_without_timings_drops_the_timings_only():
+    result = _made_up_result()
+    result.execution_time = 1.5
+    full, plain = result.to_dict(), result.to_dict_without_timings()
+    assert "execution_time" not in plain
+    assert all("duration_s" not in t for lab in plain["labs"] for t in lab["tests"])
+    # Everything else is kept: put the timings back and it is the whole dict again.
+    plain["execution_time"] = full["execution_time"]
+    for lab, full_lab in zip(plain["labs"], full["labs"]):
+        for test, full_test in zip(lab["tests"], full_lab["tests"]):
+            test["duration_s"] = full_test["duration_s"]
+    assert plain == full
+
 def test_printable_keeps_text_and_newlines_but_no_control_characters():
     assert printable("a\tb\nc") == "a\tb\nc"
     assert printable("x\r\ny\rz") == "x\ny\nz"

@@ -177,6 +177,17 @@ def test_wire_rejects_malformed_frames_with_wire_error_only(header, buffers):
     a.sendall(_frame(header, buffers))
     with pytest.raises(wire.WireError):
         wire.recv_frame(b)
+    with pytest.raises(wire.WireError):
+        wire.decode_frame(_frame(header, buffers))
+
+
+def test_wire_decode_frame_reads_a_whole_frame_and_nothing_else():
+    frame = wire.encode({"x": torch.arange(3.0), "n": 2})
+    got = wire.decode_frame(frame)
+    assert torch.equal(got["x"], torch.arange(3.0)) and got["n"] == 2
+    for bad in (frame[:-1], frame + b"\0", frame[:5]):
+        with pytest.raises(wire.WireError):
+            wire.decode_frame(bad)
 
 
 def test_wire_deadline_covers_a_trickled_frame():

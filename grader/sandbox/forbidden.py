@@ -392,19 +392,8 @@ def install(lab: str, names, plan: Plan) -> None:
 
 # --------------------------------------------------------------------------- static scan
 
-def static_violations(source: str, filename: str, forbidden) -> list[str]:
-    """Forbidden APIs named in the source: ``F.x``, ``from torch... import x``, getattr."""
-    if not forbidden:
-        return []
-    try:
-        tree = ast.parse(source, filename)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []  # the import itself reports the syntax error
-    return static_violations_in(tree, filename, forbidden)
-
-
-def static_violations_in(tree: ast.AST, filename: str, forbidden) -> list[str]:
-    """``static_violations`` of an already parsed module."""
+def static_violations(tree: ast.AST, filename: str, forbidden) -> list[str]:
+    """Forbidden APIs named in a parsed module: ``F.x``, ``from torch... import x``, getattr."""
     forbidden = list(forbidden)
     if not forbidden:
         return []

@@ -138,6 +138,17 @@ def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES,
     return decode(header, _recv_exact(sock, payload_len, deadline))
 
 
+def decode_frame(frame: bytes) -> object:
+    """Decode one whole frame held in memory (``recv_frame`` reads one from a socket)."""
+    if len(frame) < PREFIX.size:
+        raise WireError("frame shorter than its prefix")
+    header_len, payload_len = PREFIX.unpack_from(frame)
+    start = PREFIX.size + header_len
+    if len(frame) != start + payload_len:
+        raise WireError("frame length does not match its prefix")
+    return decode(bytes(frame[PREFIX.size:start]), bytearray(frame[start:]))
+
+
 def send_frame(sock: socket.socket, obj) -> None:
     sock.sendall(encode(obj))
 

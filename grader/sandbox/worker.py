@@ -27,8 +27,6 @@ STDOUT_CAP = 4000
 MESSAGE_CAP = 2000
 LAB_MODULE_PREFIX = forbidden.LAB_MODULE_PREFIX
 ForbiddenAPIError = forbidden.ForbiddenAPIError
-index_bindings = forbidden.index_bindings
-static_violations = forbidden.static_violations
 
 
 class GradientError(RuntimeError):
@@ -72,7 +70,7 @@ class LabLoader(importlib.abc.Loader):
                 tree = ast.parse(source, filename)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 pass            # compiling the source below reports it, with its line
-        problems = (forbidden.static_violations_in(tree, filename, self.finder.forbidden)
+        problems = (forbidden.static_violations(tree, filename, self.finder.forbidden)
                     if tree is not None else [])
         for problem in problems:
             forbidden._state["violations"].append(problem.rsplit("uses ", 1)[-1])

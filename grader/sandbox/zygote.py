@@ -172,19 +172,12 @@ def _warm_request_loop() -> None:
         ]
         for req in requests:
             try:
-                reply = {"ok": server.handle(_round_trip(wire.encode(req)))}
+                reply = {"ok": server.handle(wire.decode_frame(wire.encode(req)))}
             except Exception as exc:  # noqa: BLE001 - the error path is warmed too
                 reply = {"error": worker.describe_exception(exc, "/nonexistent")}
             reply.update(stdout=server.stdout.take(), forbidden=forbidden.take_violations())
-            _round_trip(wire.encode(reply))
+            wire.decode_frame(wire.encode(reply))
     torch.default_generator.manual_seed(0)      # every worker starts from the same state
-
-
-def _round_trip(frame: bytes):
-    """Decode a frame as a reader of the channel would."""
-    header_len, _ = wire.PREFIX.unpack_from(frame)
-    start = wire.PREFIX.size
-    return wire.decode(frame[start:start + header_len], bytearray(frame[start + header_len:]))
 
 
 def settle() -> int:
