@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE.parent))
 from grader import paths  # noqa: E402
 from grader.batch import grade_batch  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
-from grader.suite_runner import suite_files  # noqa: E402
+from grader.engine.suite_runner import suite_files  # noqa: E402
 
 FIXTURES = paths.COURSE / "tests" / "fixtures" / "submissions"
 
@@ -140,7 +140,8 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
     except ImportError as exc:
         return f"not measured (nbgrader is not importable: {exc})"
     try:
-        from grader.notebooks import generate_assignments, private_jupyter_env, write_course
+        from grader.authoring.course_notebooks import (generate_assignments, private_jupyter_env,
+                                                       write_course)
     except ImportError as exc:
         return f"not measured (no nbgrader course: grader.notebooks is missing: {exc})"
     if n_students < 1:

@@ -27,7 +27,6 @@ sys.path.insert(0, str(ROOT))
 
 from grader import paths  # noqa: E402
 from grader.sandbox import SandboxError, Zygote, make_scratch  # noqa: E402
-from grader.sandbox.jail import children_of  # noqa: E402
 
 LAB = "lab1_attention"
 FORBIDDEN = ("torch.nn.functional.scaled_dot_product_attention",

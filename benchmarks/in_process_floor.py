@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/in_process_floor.py [--repeat 20] [--json out.json]
 
-Grades ``solutions/`` ``--repeat`` times in one warm process with one ``SuiteRunner`` (as
+Grades ``solutions/`` ``--repeat`` times in one warm process with one ``Grader`` (as
 a batch's grading process does), two ways, in alternation:
 
 - sandboxed: through the zygote and a fresh locked-down worker per lab, exactly as
@@ -38,12 +38,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from grader import paths  # noqa: E402
-from grader.batch import cpu_seconds  # noqa: E402
-from grader.grading import grade_submission  # noqa: E402
-from grader.reference import load_reference  # noqa: E402
+from grader.batch.pool import cpu_seconds  # noqa: E402
+from grader.grading import Grader  # noqa: E402
+from grader.engine.reference import load_reference  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 from grader.sandbox import Zygote, wire  # noqa: E402
-from grader.suite_runner import SuiteRunner  # noqa: E402
 
 
 @functools.cache
@@ -111,6 +110,7 @@ class InProcessZygote:
     """``Zygote.spawn`` for ``InProcessWorker``; keeps the handler time of all its workers."""
     mode = "in-process"
     pid = None
+    alive = True
 
     def __init__(self):
         self.workers: list[InProcessWorker] = []
@@ -137,7 +137,7 @@ def _sandbox_cpu(zygote) -> float:
     """CPU seconds of the zygote and the workers it reaped (0 for an in-process one)."""
     if getattr(zygote, "pid", None) is None:
         return 0.0
-    return cpu_seconds(zygote) - _own_cpu()
+    return cpu_seconds(zygote.pid) - _own_cpu()
 
 
 def _wait_reaped(zygote, timeout_s: float = 5.0) -> None:
@@ -154,7 +154,7 @@ def _wait_reaped(zygote, timeout_s: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def measure(zygotes: dict, runner, rubric, repeat: int) -> dict:
+def measure(zygotes: dict, rubric, repeat: int) -> dict:
     """CPU seconds per grading of the solutions for each zygote, graded in alternation.
 
     Two warm-up gradings each; then ``repeat`` rounds of one grading per zygote, so that
@@ -166,25 +166,29 @@ def measure(zygotes: dict, runner, rubric, repeat: int) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _measure(zygotes, runner, rubric, repeat)
+        graders = {name: Grader(rubric, zygote=zygote) for name, zygote in zygotes.items()}
+        try:
+            return _measure(zygotes, graders, repeat)
+        finally:
+            for grader in graders.values():
+                grader.close()
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(zygotes: dict, runner, rubric, repeat: int) -> dict:
+def _measure(zygotes: dict, graders: dict, repeat: int) -> dict:
     results, cpu, wall = {}, dict.fromkeys(zygotes, 0.0), dict.fromkeys(zygotes, 0.0)
-    for name, zygote in zygotes.items():
+    for name in zygotes:
         for _ in range(2):
-            grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote, runner=runner)
+            graders[name].grade(paths.SOLUTIONS)
     handler0 = {n: z.handler_s for n, z in zygotes.items() if isinstance(z, InProcessZygote)}
     # A zygote reaps (and so is charged for) a worker a moment after its grading ends: its
     # CPU is taken over the whole run, during which it works for its own gradings only.
     sandbox0 = {n: _sandbox_cpu(z) for n, z in zygotes.items()}
     for _ in range(repeat):
-        for name, zygote in zygotes.items():
+        for name in zygotes:
             cpu0, wall0 = _own_cpu(), time.perf_counter()
-            results[name] = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote,
-                                             runner=runner)
+            results[name] = graders[name].grade(paths.SOLUTIONS)
             cpu[name] += _own_cpu() - cpu0
             wall[name] += time.perf_counter() - wall0
     for name, zygote in zygotes.items():
@@ -210,10 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     rubric = load_rubric(paths.RUBRIC)
-    forbidden = tuple(sorted({f for lab in rubric.labs.values() for f in lab.forbidden}))
-    with SuiteRunner(rubric=rubric) as runner, Zygote(forbidden=forbidden) as zygote:
-        measured = measure({"sandboxed": zygote, "in_process": InProcessZygote()}, runner,
-                           rubric, args.repeat)
+    with Zygote(forbidden=rubric.all_forbidden) as zygote:
+        measured = measure({"sandboxed": zygote, "in_process": InProcessZygote()}, rubric,
+                           args.repeat)
     figures = {"repeat": args.repeat, "max_score": rubric.max_points, **measured}
     text = json.dumps(figures, indent=2)
     if args.json:

@@ -17,11 +17,12 @@ import os
 from pathlib import Path
 
 from grader import paths
-from grader.grading import sanitize, score
-from grader.plugin import GradingPlugin
+from grader.grading import score
+from grader.intake import sanitize
+from grader.engine.plugin import GradingPlugin
 from grader.rubric import load_rubric
 from grader.sandbox import Zygote, make_scratch
-from grader.student import Session
+from grader.engine.student import Session
 
 _STATE: dict = {}
 
@@ -30,8 +31,7 @@ def pytest_configure(config):
     rubric = load_rubric(paths.RUBRIC)
     labs = list(rubric.labs)
     clean = sanitize(Path(os.environ["GRADER_BENCH_SUBMISSION"]), rubric, labs)
-    zygote = Zygote(forbidden=tuple(sorted({f for lab in rubric.labs.values()
-                                            for f in lab.forbidden}))).start()
+    zygote = Zygote(forbidden=rubric.all_forbidden).start()
     scratch = make_scratch(clean.files)
     session = Session(zygote=zygote, submission_dir=scratch.name,
                       forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()})
@@ -48,8 +48,7 @@ def pytest_unconfigure(config):
     s["session"].close()
     s["scratch"].cleanup()
     s["zygote"].close()
-    problems = {lab: ("missing" if "not found" in why else "error", why)
-                for lab, why in s["clean"].problems.items()}
+    problems = {lab: (p.kind, p.message) for lab, p in s["clean"].problems.items()}
     result = score("bench", s["rubric"], s["labs"], ("public", "hidden"), s["plugin"].outcomes,
                    problems, s["plugin"].collection_errors)
     Path(os.environ["GRADER_BENCH_RESULT"]).write_text(json.dumps({"total": result.score}))

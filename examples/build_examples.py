@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import make_submission  # noqa: E402
+from helpers import make_submission  # noqa: E402
 
 # student id -> (fixture overlaid on the solutions | "exercises", folder inside the zip)
 CLASS = {

@@ -1,6 +1,6 @@
 """Name the mistake behind a failed test, and pick the arrays worth a picture.
 
-Runs in the trusted grading process, only for failed tests (``grader.plugin`` calls
+Runs in the trusted grading process, only for failed tests (``grader.engine.plugin`` calls
 ``examine`` from its report hook). The inputs are the test's recorded student calls
 (``Session.calls``: each request with the plain values that came back, or the StudentError),
 the exception the test failed with and its tolerance. Each catalogued mistake of the lab
@@ -10,7 +10,7 @@ or running past the time budget, means "no diagnosis".
 
 The pictures (public tests only) are 2-D slices, kept in this process and never serialised:
 the student's attention weights beside the expected ones, or the student's positional
-encoding table beside the expected one (``grader.feedback`` draws them).
+encoding table beside the expected one (``grader.outputs.html`` draws them).
 
 Both need the references (``solutions/``) and the catalogue (``grader/mistakes/``), which only
 the grader's own bundles hold; where they are missing (a student release) there is simply no
@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from grader.compare import Mismatch
-from grader.student import StudentError
+from grader.engine.compare import Mismatch
+from grader.engine.student import StudentError
+
+if TYPE_CHECKING:   # grader.mistakes is imported only when a diagnosis runs (see _context)
+    from grader.mistakes import Context
 
 TIME_BUDGET_S = 3.0          # per failed test; past it the search stops without a diagnosis
 PICTURE_MAX = 64             # rows and columns drawn at most
@@ -227,7 +231,7 @@ def _slice_picture(kind, labels, got, exp) -> dict | None:
         lead, diff, worst = (0,) * (exp.dim() - 2), None, float("inf")
         shape_note = f" (your shape {tuple(got.shape)}, expected {tuple(exp.shape)})"
     names = LEADING_NAMES.get(exp.dim(), tuple(f"dim{i}" for i in range(exp.dim() - 2)))
-    where = ", ".join(f"{n} {i}" for n, i in zip(names, lead))
+    where = ", ".join(f"{n} {i}" for n, i in zip(names, lead, strict=False))
     cropped = any(n > PICTURE_MAX for n in (*s.shape, *e.shape))
     title = (what + (f" [{where}]" if where else "") + shape_note
              + (f" (first {PICTURE_MAX} rows and columns)" if cropped else ""))

@@ -1,12 +1,19 @@
-"""Grading as an ordered pipeline: sanitize, run, collect, score.
+"""The Grader: the one way to grade a submission (sanitize, run, collect, score).
 
-``grade_submission`` is the Python API behind ``grader check`` and ``grader grade``:
+Every route goes through it: ``grader check``/``grade``/``feedback``, ``grader validate``,
+each grading process of ``grader batch``, the Gradescope runner and the notebook kernel's
+``check``. A ``Grader`` owns a sandbox zygote (student code runs only in its workers), one
+long-lived pytest session per visibility (``engine.suite_runner``) and, when asked to send
+calls ahead, the call plans (``engine.call_plan``). Its steps:
 
-1. sanitize: copy only the rubric's lab files out of the submission (regular files, no
-   links, size-capped, UTF-8) into a private scratch folder; say what was wrong otherwise;
-2. run: import each lab in a sandbox worker, then run the lab's suites under pytest with
-   the grading plugin (student code runs only in the workers);
+1. sanitize (``grader.intake``): only the rubric's lab files cross, as clean sources, into a
+   private scratch folder; each lab that cannot be graded gets a typed ``Problem``;
+2. run: each lab is imported in a sandbox worker (the contract's names probed), then the
+   lab's suites run under pytest with the grading plugin;
 3. collect + score: one ``TestResult`` per rubric test, points from the rubric only.
+
+A fault of the grader's own (the zygote gone, the pytest session stopped) raises a
+``GraderFault``: it is never scored as the student's failure.
 """
 
 from __future__ import annotations
@@ -17,129 +24,247 @@ import functools
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths
-from grader.notebook_source import read_regular_file
-from grader.plugin import Outcome
+from grader.engine.call_plan import CallPlan
+from grader.engine.plugin import Outcome
+from grader.engine.student import Session
+from grader.engine.suite_runner import SuiteRunner
+from grader.errors import SandboxError, SubmissionError, ZipRejected
+from grader.intake import Sanitized, sanitize
+from grader.intake.zips import unpack_zip
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, load_rubric
-from grader.sandbox import Zygote, make_scratch
-from grader.student import Session
-from grader.suite_runner import SuiteRunner
+from grader.sandbox import Limits, Zygote, make_scratch
 
-MAX_FILE_BYTES = 1 << 20      # a lab file larger than 1 MiB is refused
-SEARCH_DEPTH = 3              # lab files may sit this many folders deep (zipped folders)
+VISIBILITIES = ("public", "hidden")
 
 
-class SubmissionError(Exception):
-    """The submission as a whole cannot be graded (e.g. the path does not exist)."""
+class Grader:
+    """Grades submissions against a rubric's suites; use as a context manager (or ``close``).
 
+    ``visibility``: the suites graded by default (``("public",)`` for a student's check).
+    ``send_ahead``: send each test's first call to its worker ahead of the test
+    (``engine.call_plan``); the plan is recorded once per Grader from the reference
+    solutions, which pays off over many submissions (a batch), not one.
+    ``slot``, ``sandbox_mode``, ``limits``: the sandbox's (see ``grader.sandbox``).
+    ``zygote``: a started zygote to share (tests); the caller keeps and closes it.
+    """
 
-@dataclass
-class Sanitized:
-    files: dict[str, bytes] = field(default_factory=dict)     # file name -> contents
-    problems: dict[str, str] = field(default_factory=dict)    # lab -> why it cannot be graded
-    notes: list[str] = field(default_factory=list)
+    def __init__(self, rubric: Rubric | None = None, *,
+                 visibility: tuple[str, ...] = VISIBILITIES, send_ahead: bool = False,
+                 slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
+                 zygote: Zygote | None = None):
+        self.rubric = rubric or load_rubric(paths.RUBRIC)
+        self.visibility = tuple(visibility)
+        self.send_ahead = send_ahead
+        self._owns_zygote = zygote is None
+        self._zygote = zygote or Zygote(forbidden=self.rubric.all_forbidden, slot=slot,
+                                        mode=sandbox_mode, limits=limits or Limits())
+        self._runners: dict[tuple[str, ...], SuiteRunner] = {}
+        self._plans: dict[tuple, CallPlan | None] = {}
 
+    # -- life cycle -----------------------------------------------------------------------
+    def start(self) -> "Grader":
+        """Start the sandbox now (else the first ``grade`` does); SandboxError if it cannot."""
+        if self._owns_zygote and not self._zygote.alive:
+            self._zygote.start()
+        return self
 
-def _find(root: Path, name: str) -> Path | None:
-    """``root/name``, or the first ``name`` up to SEARCH_DEPTH folders down (no links)."""
-    if os.path.lexists(root / name):
-        return root / name
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        depth = len(Path(dirpath).relative_to(root).parts)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
-        if depth >= SEARCH_DEPTH:
-            dirnames[:] = []
-        if name in filenames:
-            return Path(dirpath) / name
-    return None
+    def prepare(self) -> "Grader":
+        """Start the sandbox and the pytest session and, when sending calls ahead, record
+        the plan for every lab now (a batch's grading process does this before its first
+        student, so no student's time pays for it)."""
+        self.start()
+        self._runner(self.visibility)
+        if self.send_ahead:
+            self.call_plan(list(self.rubric.labs), self.visibility)
+        return self
 
+    @property
+    def alive(self) -> bool:
+        """Whether the sandbox can still fork workers (False once its zygote has ended)."""
+        return self._zygote.alive
 
-def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
-    """Only the rubric's lab files cross into the scratch copy; everything else is ignored."""
-    out = Sanitized()
-    if not os.path.lexists(submission):
-        raise SubmissionError(f"{submission}: no such file or folder")
-    if submission.is_symlink():
-        raise SubmissionError(f"{submission}: is a symbolic link; submit the folder itself")
-    if submission.is_file():
-        root, only = submission.parent, submission.name
-    elif submission.is_dir():
-        root, only = submission, None
-    else:
-        raise SubmissionError(f"{submission}: not a file or folder")
-    for lab in labs:
-        spec = rubric.labs[lab]
-        notebook = Path(spec.file).stem + ".ipynb"
-        if only is not None and only not in (spec.file, notebook):
-            out.problems[lab] = f"{spec.file} was not found in the submission"
-            continue
-        path = _find(root, spec.file) if only != notebook else None
-        nb_path = _find(root, notebook) if path is None and only != spec.file else None
-        if nb_path is not None:
-            # No labN_x.py but a labN_x.ipynb: grade the code extracted from the notebook.
-            from grader.notebook_source import NotebookError, lab_source_from_notebook
-            rel = nb_path.relative_to(root)
-            if nb_path.is_symlink():
-                out.problems[lab] = f"{rel} is a symbolic link; submit the file itself"
-                continue
-            try:
-                got = lab_source_from_notebook(nb_path, rel=rel, lab_file=spec.file,
-                                               forbidden=spec.forbidden)
-            except NotebookError as exc:
-                out.problems[lab] = str(exc)
-                continue
-            out.files[spec.file] = got.source.encode("utf-8")
-            out.notes.extend(got.notes)
-            continue
-        if path is None:
-            why = f"{spec.file} was not found in the submission"
-            with os.scandir(root) as scan:
-                entries = [] if only is not None else list(scan)
-            if only is None and not entries:
-                why += " (the submission folder is empty)"
-            elif any(e.is_symlink() for e in entries):
-                why += " (symbolic links in it are not followed)"
-            out.problems[lab] = why
-            continue
-        rel = path.relative_to(root)
-        if path.is_symlink():
-            out.problems[lab] = f"{rel} is a symbolic link; submit the file itself"
-            continue
+    @property
+    def sandbox_mode(self) -> str:
+        return self._zygote.mode
+
+    @property
+    def sandbox_pid(self) -> int | None:
+        """The zygote's process id (its CPU time includes the workers it reaped)."""
+        return self._zygote.pid
+
+    def close(self, *, wait: bool = True) -> None:
+        """End the pytest sessions (``wait`` for them: pytest is not made to run two
+        sessions at once in one process) and the sandbox, if this Grader started it."""
+        for runner in self._runners.values():
+            runner.close(wait=wait)
+        self._runners.clear()
+        if self._owns_zygote:
+            self._zygote.close()
+
+    def __enter__(self) -> "Grader":
+        return self.start()
+
+    def __exit__(self, exc_type, *exc) -> None:
+        # Leaving on an error (Ctrl-C, say): do not wait for tests still running; the
+        # pytest threads are daemons and end with the process.
+        self.close(wait=exc_type is None)
+
+    # -- grading --------------------------------------------------------------------------
+    def grade(self, submission: str | Path, *, labs: list[str] | None = None,
+              visibility: tuple[str, ...] | None = None,
+              name: str | None = None) -> SubmissionResult:
+        """Grade one submission: a folder of lab files, one lab file, a notebook or a zip.
+
+        ``labs``: the labs to grade (default: all of the rubric's); every lab file of the
+        submission reaches the workers all the same, since a lab may import another.
+        SubmissionError if the submission cannot be graded at all; GraderFault if the
+        grader failed (never scored).
+        """
+        labs = self._labs(labs)
+        visibility = tuple(visibility or self.visibility)
+        submission = Path(submission)
+        if submission.suffix.lower() == ".zip" and submission.is_file() \
+                and not submission.is_symlink():
+            with tempfile.TemporaryDirectory(prefix="grader-zip-") as tmp:   # mode 0700
+                try:
+                    unpack_zip(submission, Path(tmp) / "submission")
+                except ZipRejected as exc:
+                    raise ZipRejected(f"{submission}: {exc}") from None
+                return self.grade(Path(tmp) / "submission", labs=labs, visibility=visibility,
+                                  name=name or submission.stem)
+        started = time.monotonic()
+        clean = sanitize(submission, self.rubric, list(self.rubric.labs))
+        plan = self.call_plan(labs, visibility) if self.send_ahead else None
+        result = self._grade_clean(clean, labs, visibility, name or submission.name, plan=plan)
+        result.execution_time = time.monotonic() - started
+        return result
+
+    def isolation_problem(self, secrets: list[Path]) -> str | None:
+        """None if a worker runs unprivileged and sees none of ``secrets``; else what is
+        wrong (the Gradescope runner checks this before any submission code runs)."""
+        self.start()
+        scratch = make_scratch({f"{PROBE_LAB}.py": _PROBE_SOURCE.encode()})
+        worker = None
         try:
-            data = read_regular_file(path, MAX_FILE_BYTES)
-        except ValueError as exc:
-            out.problems[lab] = f"{rel} {exc}"
-            continue
-        except OSError as exc:
-            out.problems[lab] = f"{rel} cannot be read ({exc.strerror or exc})"
-            continue
-        if b"\x00" in data:
-            out.problems[lab] = f"{rel} is a binary file, not Python source"
-            continue
+            worker = self._zygote.spawn(submission=scratch.name, lab=PROBE_LAB, forbidden=[])
+            reply = worker.request({"op": "call", "target": "identity",
+                                    "args": [[str(p) for p in secrets]], "kwargs": {},
+                                    "seed": 0}, timeout_s=60)
+        except Exception as exc:  # noqa: BLE001 - any failure to start is the answer
+            return f"a sandbox worker could not start ({type(exc).__name__}: {exc})"
+        finally:
+            if worker is not None:
+                worker.kill()
+            scratch.cleanup()
+        if not isinstance(reply, dict) or "ok" not in reply:
+            return f"the sandbox probe failed: {reply!r}"
+        uid, seen = reply["ok"]
+        if os.geteuid() == 0 and uid == 0:
+            return "sandbox workers run as root (the sandbox fell back to plain mode)"
+        visible = [str(p) for p, s in zip(secrets, seen, strict=False) if s]
+        if visible:
+            return f"sandbox workers can see {', '.join(visible)}"
+        return None
+
+    # -- the steps ------------------------------------------------------------------------
+    def _labs(self, labs: list[str] | None) -> list[str]:
+        labs = list(labs or self.rubric.labs)
+        for lab in labs:
+            if lab not in self.rubric.labs:
+                raise SubmissionError(f"unknown lab {lab!r}; the labs are "
+                                      f"{', '.join(self.rubric.labs)}")
+        return labs
+
+    def _runner(self, visibility: tuple[str, ...]) -> SuiteRunner:
+        """The long-lived pytest session for ``visibility`` (every lab's suites)."""
+        runner = self._runners.get(visibility)
+        if runner is None:
+            # pytest's start-up output stays off stdout.
+            with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+                runner = SuiteRunner(rubric=self.rubric, visibility=visibility).start()
+            self._runners[visibility] = runner
+        return runner
+
+    def call_plan(self, labs: list[str] | None = None,
+                  visibility: tuple[str, ...] | None = None) -> CallPlan | None:
+        """The call plan for these labs (default: all, at the Grader's visibility): the
+        reference solutions graded once, one call at a time, recording each test's first
+        request (``Session(recording=...)``). None without solutions, or if recording
+        failed: grading then goes one call at a time."""
+        labs = self._labs(labs)
+        visibility = tuple(visibility or self.visibility)
+        key = (tuple(labs), visibility)
+        if key not in self._plans:
+            plan = None
+            if paths.SOLUTIONS.is_dir():
+                plan = CallPlan()
+                try:
+                    self._grade_clean(sanitize(paths.SOLUTIONS, self.rubric,
+                                               list(self.rubric.labs)),
+                                      labs, visibility, "solutions", plan=None, recording=plan)
+                except Exception:  # noqa: BLE001 - without a plan, grading only goes slower
+                    plan = None
+            self._plans[key] = plan
+        return self._plans[key]
+
+    def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
+                     name: str, *, plan: CallPlan | None,
+                     recording: CallPlan | None = None) -> SubmissionResult:
+        self.start()
+        problems = {lab: (p.kind, p.message) for lab, p in clean.problems.items()
+                    if lab in labs}
+        scratch = make_scratch(clean.files)
+        session = Session(zygote=self._zygote, submission_dir=scratch.name,
+                          forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
+                          plan=plan, recording=recording)
+        outcomes: list[Outcome] = []
+        collection_errors: list[str] = []
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = data[: exc.start].count(b"\n") + 1
-            out.problems[lab] = (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
-                                 "save the file as UTF-8")
-            continue
-        if not data.strip():
-            out.problems[lab] = f"{rel} is empty"
-            continue
-        if text.lstrip("\ufeff \t\r\n").startswith("{") and '"cells"' in text[:200_000]:
-            # A notebook (JSON) saved under the .py name: importing it would only give a
-            # confusing NameError (JSON's true/false/null are not Python).
-            out.problems[lab] = (f"{rel} is a Jupyter notebook (JSON), not a Python file; "
-                                 f"submit it as {notebook} or export it as a .py script")
-            continue
-        if rel != Path(spec.file):
-            out.notes.append(f"{spec.file} was found at {rel}")
-        out.files[spec.file] = data
-    return out
+            runnable = []
+            for lab in labs:
+                if lab in problems:
+                    continue
+                session.start_test(self.rubric.labs[lab].time_limit_s)
+                error = session.probe(lab, names=required_names(self.rubric.labs[lab].file))
+                if error is not None:
+                    problems[lab] = ("import_error", error.describe(hidden=False))
+                else:
+                    runnable.append(lab)
+            if runnable:
+                outcomes, collection_errors = self._runner(visibility).run(session, runnable)
+        finally:
+            session.close()
+            scratch.cleanup()
+        if not self._zygote.alive:
+            # Every call after the zygote ended failed as a "crash": not the student's doing.
+            raise SandboxError("the sandbox zygote stopped during grading (not the "
+                               "submission's doing); grade it again")
+        result = score(name, self.rubric, labs, visibility, outcomes, problems,
+                       collection_errors)
+        result.notes.extend(clean.notes)
+        return result
+
+
+def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
+                     labs: list[str] | None = None,
+                     visibility: tuple[str, ...] = VISIBILITIES,
+                     name: str | None = None) -> SubmissionResult:
+    """Grade one submission with a Grader of its own (started and closed here)."""
+    with Grader(rubric, visibility=visibility) as grader:
+        return grader.grade(submission, labs=labs, name=name)
+
+
+PROBE_LAB = "lab0_sandbox_probe"
+_PROBE_SOURCE = '''
+import os
+
+def identity(paths):
+    return [os.getuid(), [os.path.exists(p) for p in paths]]
+'''
 
 
 def required_names(filename: str) -> list[str]:
@@ -160,36 +285,14 @@ def _public_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
                  and not node.name.startswith("_"))
 
 
-def run_suites(session: Session, rubric: Rubric, labs: list[str],
-               visibility: tuple[str, ...], *,
-               runner: SuiteRunner | None = None) -> tuple[list[Outcome], list[str]]:
-    """Run the suites of ``labs`` under pytest in this (trusted) process.
-
-    ``runner``: a started ``SuiteRunner`` with these labs and visibility, reused across
-    submissions (a batch); without one, a runner is started for this call and closed.
-    """
-    if runner is not None:
-        if runner.visibility != tuple(visibility):
-            raise ValueError(f"the runner runs {runner.visibility} suites, not {visibility}")
-        return runner.run(session, labs)
-    if not labs:
-        return [], []
-    with _quiet_runner(rubric, labs, visibility) as own:
-        return own.run(session, labs)
-
-
-@contextlib.contextmanager
-def _quiet_runner(rubric: Rubric, labs: list[str], visibility: tuple[str, ...]):
-    """A SuiteRunner for one use, with pytest's start-up output kept off stdout."""
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), \
-            SuiteRunner(rubric=rubric, labs=labs, visibility=visibility) as own:
-        yield own
-
-
 def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tuple[str, ...],
           outcomes: list[Outcome], lab_problems: dict[str, tuple[str, str]],
           collection_errors: list[str]) -> SubmissionResult:
-    """One TestResult per rubric test; a parametrized test passes only if all cases pass."""
+    """One TestResult per rubric test; a parametrized test passes only if all cases pass.
+
+    ``lab_problems``: lab -> (status, message) for labs that could not be graded (status
+    ``missing``, ``error`` or ``import_error``); their tests fail with the message.
+    """
     by_test: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         by_test.setdefault((o.lab, o.name), []).append(o)
@@ -232,96 +335,4 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                 max_score=t.points, passed=passed, message=msg, duration_s=dur,
                 diagnosis="" if passed else diagnosis, artifacts=[] if passed else artifacts))
         result.labs.append(lab_result)
-    return result
-
-
-def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
-                     labs: list[str] | None = None,
-                     visibility: tuple[str, ...] = ("public", "hidden"),
-                     zygote: Zygote | None = None, name: str | None = None,
-                     runner: SuiteRunner | None = None,
-                     send_ahead: bool | None = None) -> SubmissionResult:
-    """Grade one submission (a folder of lab files, or one lab file).
-
-    ``zygote`` and ``runner`` (a started ``SuiteRunner``) are reused when given, as a
-    batch does for every student of a grading process; otherwise started and closed here.
-    ``send_ahead``: send each test's first call to its worker ahead of the test
-    (grader.call_plan; recorded once per runner from the reference solutions, where they
-    are present). By default only with a given ``runner``: recording costs about one
-    submission's grading, which pays off over many submissions, not one.
-    """
-    rubric = rubric or load_rubric(paths.RUBRIC)
-    labs = list(labs or rubric.labs)
-    for lab in labs:
-        if lab not in rubric.labs:
-            raise SubmissionError(f"unknown lab {lab!r}; the labs are {', '.join(rubric.labs)}")
-    if send_ahead is None:
-        send_ahead = runner is not None
-    with contextlib.ExitStack() as stack:
-        if zygote is None:
-            zygote = stack.enter_context(Zygote(forbidden=tuple(sorted(
-                {f for l in rubric.labs.values() for f in l.forbidden}))))
-        plan = None
-        if send_ahead:
-            from grader.call_plan import plan_for
-
-            if runner is None:      # recording the plan needs a runner; grading reuses it
-                runner = stack.enter_context(_quiet_runner(rubric, labs, visibility))
-            plan = plan_for(runner=runner, labs=labs, zygote=zygote)
-        return grade_with_session(submission, rubric=rubric, labs=labs,
-                                  visibility=visibility, zygote=zygote, name=name,
-                                  runner=runner, plan=plan)
-
-
-def grade_with_session(submission: str | Path, *, rubric: Rubric, labs: list[str],
-                       visibility: tuple[str, ...], zygote: Zygote,
-                       runner: SuiteRunner | None, name: str | None = None, plan=None,
-                       recording=None) -> SubmissionResult:
-    """``grade_submission``'s steps with a given zygote, runner and call plan.
-
-    ``recording``: a CallPlan filled with each test's first request (grader.call_plan
-    records a plan this way).
-    """
-    started = time.monotonic()
-    submission = Path(submission)
-    if submission.suffix.lower() == ".zip" and submission.is_file() and not submission.is_symlink():
-        from grader.batch import ZipRejected, unpack_zip  # the same safe unpacking as batch
-
-        with tempfile.TemporaryDirectory(prefix="grader-zip-") as tmp:
-            try:
-                unpack_zip(submission, Path(tmp) / "submission")
-            except ZipRejected as exc:
-                raise SubmissionError(f"{submission}: {exc}") from None
-            return grade_with_session(Path(tmp) / "submission", rubric=rubric, labs=labs,
-                                      visibility=visibility, zygote=zygote,
-                                      name=name or submission.stem, runner=runner, plan=plan,
-                                      recording=recording)
-    # Every lab file crosses (a lab may import another), but only ``labs`` are graded.
-    clean = sanitize(submission, rubric, list(rubric.labs))
-    problems = {lab: ("missing" if "not found" in why else "error", why)
-                for lab, why in clean.problems.items() if lab in labs}
-    scratch = make_scratch(clean.files)
-    session = Session(zygote=zygote, submission_dir=scratch.name,
-                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()},
-                      plan=plan, recording=recording)
-    try:
-        runnable = []
-        for lab in labs:
-            if lab in problems:
-                continue
-            session.start_test(rubric.labs[lab].time_limit_s)
-            error = session.probe(lab, names=required_names(rubric.labs[lab].file))
-            if error is not None:
-                problems[lab] = ("import_error", error.describe(hidden=False))
-            else:
-                runnable.append(lab)
-        outcomes, collection_errors = run_suites(session, rubric, runnable, visibility,
-                                                 runner=runner)
-    finally:
-        session.close()
-        scratch.cleanup()
-    result = score(name or submission.name, rubric, labs, visibility, outcomes, problems,
-                   collection_errors)
-    result.notes.extend(clean.notes)
-    result.execution_time = time.monotonic() - started
     return result

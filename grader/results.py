@@ -1,19 +1,13 @@
-"""The result model: plain dataclasses, scores from the rubric, and views of them.
+"""The result model: plain dataclasses for test, lab and submission results.
 
-Every output (Gradescope results.json, the terminal table, CSV rows, ...) is a function of a
-``SubmissionResult``. Writes are atomic: a killed grader leaves the old file or the new one.
+Every output (``grader.outputs``: Gradescope results.json, JUnit, GitHub Classroom, the
+terminal table, HTML feedback, the CSV gradebook) is a function of a ``SubmissionResult``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
-# How a rubric visibility maps to Gradescope's: hidden tests appear after grades are published.
-GRADESCOPE_VISIBILITY = {"public": "visible", "hidden": "after_published"}
 
 
 @dataclass
@@ -99,98 +93,3 @@ class SubmissionResult:
             for test in lab["tests"]:
                 del test["duration_s"]
         return data
-
-    def to_gradescope(self) -> dict:
-        """Gradescope's results.json (top-level score, tests[] with per-test fields)."""
-        tests = []
-        for lab in self.labs:
-            for t in lab.tests:
-                tests.append({
-                    "name": f"{lab.name}: {t.name}",
-                    "name_format": "text",
-                    "score": round(t.score, 4),
-                    "max_score": round(t.max_score, 4),
-                    "status": t.status,
-                    "visibility": GRADESCOPE_VISIBILITY[t.visibility],
-                    "output": _output_text(t),
-                    "output_format": "text",
-                    "tags": [lab.name],
-                })
-        notes = [f"{lab.file}: {lab.message}" for lab in self.labs if lab.message]
-        return {
-            "score": round(self.score, 4),
-            "execution_time": round(self.execution_time, 3),
-            "output": "\n".join(self.notes + notes),
-            "output_format": "text",
-            "visibility": "visible",
-            "stdout_visibility": "hidden",
-            "tests": tests,
-            "extra_data": {"labs": {lab.name: {"score": round(lab.score, 4),
-                                               "max_score": round(lab.max_score, 4),
-                                               "status": lab.status} for lab in self.labs},
-                           "status": self.status},
-        }
-
-
-def _output_text(t: TestResult) -> str:
-    lines = [t.description] if t.description else []
-    if not t.passed and t.message:
-        lines.append(t.message)
-    if not t.passed and t.diagnosis:
-        lines.append(f"Diagnosis: {t.diagnosis}")
-    return "\n".join(lines)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def write_gradescope(result: SubmissionResult, path: Path) -> None:
-    atomic_write_text(path, json.dumps(result.to_gradescope(), indent=2) + "\n")
-
-
-def render_table(result: SubmissionResult, *, console=None, show_passed: bool = True) -> None:
-    """A terminal table per lab and test (rich), with failure messages under each failure."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    for lab in result.labs:
-        table = Table(title=f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g}",
-                      title_justify="left", expand=False, show_lines=False)
-        table.add_column("test")
-        table.add_column("result")
-        table.add_column("points", justify="right")
-        table.add_column("why", overflow="fold", max_width=90)
-        if lab.message:
-            console.print(f"[bold]{lab.file}[/bold]: {lab.message}", markup=True, highlight=False)
-        for t in lab.tests:
-            if t.passed and not show_passed:
-                continue
-            mark = "[green]pass[/green]" if t.passed else "[red]FAIL[/red]"
-            why = "" if t.passed else (t.message + (f"\nDiagnosis: {t.diagnosis}" if t.diagnosis else ""))
-            name = t.name + (" (hidden)" if t.visibility == "hidden" else "")
-            table.add_row(name, mark, f"{t.score:g}/{t.max_score:g}", _escape(why))
-        console.print(table)
-    console.print(f"[bold]Total: {result.score:g}/{result.max_score:g}[/bold]"
-                  f"  ({result.execution_time:.2f} s)")
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-    return escape(text)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from grader.errors import RubricError, SuiteError  # noqa: F401 - raised here, caught by callers
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -98,6 +99,11 @@ class Rubric:
     def max_points(self) -> float:
         return float(sum(lab.max_points for lab in self.labs.values()))
 
+    @property
+    def all_forbidden(self) -> tuple[str, ...]:
+        """Every lab's forbidden APIs, sorted: what a sandbox zygote guards against."""
+        return tuple(sorted({name for lab in self.labs.values() for name in lab.forbidden}))
+
     def lab_for_file(self, filename: str | Path) -> LabRubric | None:
         """The lab whose ``file`` is the base name of *filename* (``lab1_attention.py``,
         ``some/dir/lab1_attention.py``), or None."""
@@ -127,18 +133,6 @@ class SuiteTest:
     line: int
 
 
-class RubricError(Exception):
-    """One or more problems; ``str(e)`` has one problem per line, ``e.errors`` is the list."""
-
-    def __init__(self, errors: list[str] | str):
-        if isinstance(errors, str):
-            errors = [errors]
-        self.errors: list[str] = list(errors)
-        super().__init__("\n".join(self.errors))
-
-
-class SuiteError(RubricError):
-    """Problems in the test suites themselves (duplicate test names, syntax errors)."""
 
 
 # --------------------------------------------------------------------------------------

@@ -50,9 +50,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import grade
 from grader import paths
-from grader.grading import grade_submission
-from grader.results import write_gradescope
+from grader.outputs.gradescope import write_gradescope
 from grader.sandbox import Limits, Zygote
 from grader.sandbox.host import SLOT_UID_BASE
 
@@ -365,11 +365,10 @@ ZYGOTE_SECRET = f"zygote-start-secret-{os.getpid()}-{time.time_ns()}"
 def attack_zygote(rubric):
     """The zygote every API-level attack uses; the grader's environment holds a secret
     when it starts (it must not reach the zygote or any worker)."""
-    forbidden = tuple(sorted({f for lab in rubric.labs.values() for f in lab.forbidden}))
     old = os.environ.get("GRADER_SECRET")
     os.environ["GRADER_SECRET"] = ZYGOTE_SECRET
     try:
-        z = Zygote(forbidden=forbidden, slot=SLOT, limits=Limits(memory_mb=768)).start()
+        z = Zygote(forbidden=rubric.all_forbidden, slot=SLOT, limits=Limits(memory_mb=768)).start()
     finally:
         if old is None:
             os.environ.pop("GRADER_SECRET", None)
@@ -453,8 +452,8 @@ def test_gate_control_a_succeeding_attack_would_score(rubric, attack_zygote, env
         shutil.copyfile(f, env.submission / f.name)
     (env.submission / "lab1_attention.py").write_text(
         REAL_LAB1 + "\n\ndef _attack():\n    return True\n")
-    result = grade_submission(env.submission, rubric=with_time_limit(rubric, 10),
-                              labs=["lab1_attention"], zygote=attack_zygote)
+    result = grade(env.submission, rubric=with_time_limit(rubric, 10),
+                   labs=["lab1_attention"], zygote=attack_zygote)
     lab = result.labs[0]
     assert lab.score == lab.max_score, {t.name: t.message for t in lab.tests if not t.passed}
 
@@ -470,8 +469,7 @@ def test_attack_is_contained(name, rubric, attack_zygote, env, secrets):
     rub = with_time_limit(rubric, float(expect.get("time_limit_s", DEFAULT_TIME_LIMIT_S)))
     visibility = tuple(expect.get("visibility", ["public", "hidden"]))
     t0 = time.monotonic()
-    result = grade_submission(submission, rubric=rub, labs=labs, visibility=visibility,
-                              zygote=zygote)
+    result = grade(submission, rubric=rub, labs=labs, visibility=visibility, zygote=zygote)
     elapsed = time.monotonic() - t0
     write_gradescope(result, env.out / "results.json")
     time.sleep(0.3)   # give anything that survived a moment to act
@@ -530,9 +528,9 @@ NOBODY_ATTACKS = ["atk_read_hidden", "atk_network", "atk_kill_grader", "atk_writ
 
 DRIVER = textwrap.dedent('''
     import json, os, sys, dataclasses
-    from grader.grading import grade_submission
+    from grader.grading import Grader
     from grader.rubric import load_rubric
-    from grader.results import write_gradescope
+    from grader.outputs.gradescope import write_gradescope
     from grader.sandbox import Zygote, Limits
     from grader import paths
     spec = json.load(open(sys.argv[1]))
@@ -542,15 +540,15 @@ DRIVER = textwrap.dedent('''
             k: dataclasses.replace(t, time_limit_s=seconds) for k, t in l.tests.items()})
             for n, l in rubric.labs.items()}
         return dataclasses.replace(rubric, labs=labs)
-    forbidden = tuple(sorted({f for l in rubric.labs.values() for f in l.forbidden}))
-    zygote = Zygote(forbidden=forbidden, mode=spec["mode"], limits=Limits(memory_mb=768)).start()
+    zygote = Zygote(forbidden=rubric.all_forbidden, mode=spec["mode"],
+                    limits=Limits(memory_mb=768)).start()
     report = {"mode": zygote.mode, "landlock": zygote.landlock, "uid": os.getuid(),
               "results": {}}
     try:
         for job in spec["jobs"]:
-            result = grade_submission(job["submission"], rubric=limited(job["time_limit_s"]),
-                                      labs=job["labs"], visibility=tuple(job["visibility"]),
-                                      zygote=zygote)
+            with Grader(limited(job["time_limit_s"]), zygote=zygote,
+                        visibility=tuple(job["visibility"])) as grader:
+                result = grader.grade(job["submission"], labs=job["labs"])
             write_gradescope(result, os.path.join(job["out"], "results.json"))
             report["results"][job["name"]] = result.to_dict()
     finally:
@@ -634,7 +632,7 @@ def test_attacks_as_nobody(mode, tmp_path, monkeypatch, secrets):
         assert data["uid"] == NOBODY and data["mode"] == mode
         if mode == "plain":
             assert data["landlock"] >= 1, "plain mode here relies on Landlock"
-        for env, name in zip(envs, NOBODY_ATTACKS):
+        for env, name in zip(envs, NOBODY_ATTACKS, strict=False):
             expect = expectation(name)
             result = data["results"][name]
             by_lab = {lab["name"]: lab for lab in result["labs"]}

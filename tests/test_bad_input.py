@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import grade as shared_grade
 from grader import paths
-from grader.grading import SubmissionError, grade_submission
+from grader.errors import SubmissionError
 
 LAB1, LAB2 = "lab1_attention", "lab2_multihead"
 
@@ -33,7 +34,7 @@ def reference(dest: Path) -> Path:
 
 
 def grade(sub: Path, rubric, zygote, labs=(LAB1, LAB2)):
-    return grade_submission(sub, rubric=rubric, zygote=zygote, labs=list(labs))
+    return shared_grade(sub, rubric=rubric, zygote=zygote, labs=list(labs))
 
 
 def lab_of(result, name):

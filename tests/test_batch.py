@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_submission
+from helpers import grade, make_submission
 from grader import batch, paths
-from grader.batch import ZipRejected, check_zip, grade_batch, unpack_zip
-from grader.grading import grade_submission
+from grader.batch import grade_batch
+from grader.errors import ZipRejected
+from grader.intake.zips import check_zip, unpack_zip
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STUDENTS = ["alice", "bob", "carol", "dave", "erin", "frank", "gina"]
@@ -101,7 +102,7 @@ def test_grades_csv_rows(graded, rubric, zygote, tmp_path):
         assert {lab: by[student][lab] for lab in labs} == full
         assert by[student]["status"] == "ok"
     # One bug: exactly the engine's own result for that submission.
-    expected = grade_submission(make_submission("bug_no_scale", tmp_path / "bob"),
+    expected = grade(make_submission("bug_no_scale", tmp_path / "bob"),
                                 rubric=rubric, zygote=zygote)
     assert {lab: float(by["bob"][lab]) for lab in labs} == \
         {lab.name: lab.score for lab in expected.labs}
@@ -326,7 +327,8 @@ def test_unpack_zip_keeps_folders_inside_dest(tmp_path):
 
 
 def test_bad_root_is_a_usage_error(tmp_path):
-    from grader.cli import UsageError, main
+    from grader.cli import main
+    from grader.errors import UsageError
     with pytest.raises(UsageError, match="not a folder of submissions"):
         grade_batch(tmp_path / "nope", out=tmp_path / "out", progress=False)
     assert main(["batch", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
@@ -335,7 +337,8 @@ def test_bad_root_is_a_usage_error(tmp_path):
 # ------------------------------------------------------------------------- small parts
 
 def test_submission_digest_follows_the_graded_bytes(tmp_path):
-    from grader.batch import Entry, submission_digest
+    from grader.batch.students import Entry
+    from grader.batch.fingerprints import submission_digest
     folder = make_submission("ok_einsum", tmp_path / "alice")
     entry = Entry("alice", folder, "folder")
     first = submission_digest(entry)
@@ -350,9 +353,9 @@ def test_submission_digest_follows_the_graded_bytes(tmp_path):
 
 
 def test_fingerprint_must_match_in_full(tmp_path, rubric):
-    from grader.batch import course_digests, is_up_to_date
-    from grader.gradebook import failed_result
-    from grader.results import write_gradescope
+    from grader.batch.fingerprints import course_digests, is_up_to_date
+    from grader.outputs.gradebook import failed_result
+    from grader.outputs.gradescope import write_gradescope
     fingerprint = {"submission": "abc", **course_digests(rubric)}
     (tmp_path / "fingerprint.json").write_text(json.dumps(fingerprint))
     assert not is_up_to_date(tmp_path, fingerprint)       # no results.json yet
@@ -363,7 +366,7 @@ def test_fingerprint_must_match_in_full(tmp_path, rubric):
 
 
 def test_plain_progress_lines(capsys):
-    from grader.batch import Progress
+    from grader.batch.progress import Progress
     progress = Progress(total=3, enabled=True)            # stdout is not a terminal here
     for status in ("ok", "rejected zip: x", "ok"):
         progress.advance({"status": status})
@@ -374,7 +377,7 @@ def test_plain_progress_lines(capsys):
 
 
 def test_listing_skips_hidden_and_flags_clashes(tmp_path):
-    from grader.batch import list_students
+    from grader.batch.students import list_students
     for name in ("alice", "bob", ".hidden", "grades.csv"):
         (tmp_path / name).mkdir()
     (tmp_path / "bob.zip").write_bytes(b"")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from helpers import grade
 from grader import paths
-from grader.grading import grade_submission
 from grader.sandbox import wire
 
 BENCHMARKS = paths.COURSE / "benchmarks"
@@ -30,9 +30,9 @@ def floor():
 
 
 def test_in_process_floor_grades_the_solutions_as_the_sandbox_does(floor, rubric, zygote):
-    boxed = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    boxed = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
     bare_zygote = floor.InProcessZygote()
-    bare = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=bare_zygote)
+    bare = grade(paths.SOLUTIONS, rubric=rubric, zygote=bare_zygote)
     assert boxed.score == rubric.max_points
     assert bare.to_dict_without_timings() == boxed.to_dict_without_timings()
     # Every lab was answered in this process, by the worker's own handler.
@@ -41,11 +41,8 @@ def test_in_process_floor_grades_the_solutions_as_the_sandbox_does(floor, rubric
 
 
 def test_floor_measures_both_ways_in_alternation(floor, rubric, zygote):
-    from grader.suite_runner import SuiteRunner
-
     bare = floor.InProcessZygote()
-    with SuiteRunner(rubric=rubric) as runner:
-        got = floor.measure({"sandboxed": zygote, "in_process": bare}, runner, rubric, 2)
+    got = floor.measure({"sandboxed": zygote, "in_process": bare}, rubric, 2)
     assert got["same_report"] is True
     assert got["sandboxed"]["score"] == got["in_process"]["score"] == rubric.max_points
     assert got["sandboxed"]["lab_code_per_submission_s"] is None   # the workers' own time

@@ -1,4 +1,4 @@
-"""Tests of grader/bundles.py and the Gradescope runner (grader/autograder/).
+"""Tests of grader/authoring/bundles.py and the Gradescope runner (grader/autograder/).
 
 The student release is checked for secrets by a scan written here, independently of the one
 ``build_release`` runs, and its ``grader check`` is run from the unpacked bundle with the
@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import make_submission
+from helpers import make_submission
 from grader import paths
-from grader.bundles import BundleError, build_gradescope, build_release
+from grader.authoring.bundles import build_gradescope, build_release
+from grader.errors import BundleError
 from grader.rubric import load_rubric
-from grader.stubs import solution_regions
+from grader.authoring.stubs import solution_regions
 
 SCHEMA = Path(__file__).parent / "data" / "gradescope_results.schema.json"
 RUN_TIMEOUT_S = 180
@@ -65,7 +66,9 @@ def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release)
         sorted(p.name for p in paths.EXERCISES.glob("lab*.py"))
     assert sorted(p.name for p in (release / "grader" / "suites" / "public").glob("*.py")) == \
         sorted(p.name for p in (paths.SUITES / "public").glob("*.py"))
-    for needed in ("grader/cli.py", "grader/grading.py", "grader/stubs.py", "grader/validate.py",
+    for needed in ("grader/cli/__init__.py", "grader/cli/check.py", "grader/grading.py",
+                   "grader/errors.py", "grader/intake/__init__.py", "grader/outputs/terminal.py",
+                   "grader/authoring/stubs.py", "grader/authoring/validate.py",
                    "grader/sandbox/zygote.py", "grader/suites/_inputs.py",
                    "grader/suites/pytest.ini", "pyproject.toml", "requirements.txt", "README.md",
                    "rubric.yaml"):
@@ -142,7 +145,7 @@ def test_release_refuses_to_publish_a_leak(tmp_path):
     package = tmp_path / "grader"
     shutil.copytree(paths.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     for suite in (package / "suites" / "public").glob("*.py"):
-        if "grader.reference" in suite.read_text():
+        if "grader.engine.reference" in suite.read_text():
             suite.unlink()  # refused for another reason (see the next test)
     hidden = sorted(set().union(*_tests_by_visibility("hidden").values()))[0]
     (package / "notes.py").write_text(f"# TODO: explain {hidden} in the feedback\n")
@@ -157,7 +160,7 @@ def test_release_refuses_public_suites_that_need_the_solutions(tmp_path):
     package = tmp_path / "grader"
     shutil.copytree(paths.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     (package / "suites" / "public" / "test_lab9_extra.py").write_text(
-        "from grader.reference import load_reference\n\n\ndef test_x(student):\n"
+        "from grader.engine.reference import load_reference\n\n\ndef test_x(student):\n"
         "    load_reference('lab9_extra')\n")
     with pytest.raises(BundleError, match=r"test_lab9_extra\.py:1"):
         build_release(tmp_path / "release", package=package)
@@ -478,9 +481,10 @@ def test_misconfiguration_still_leaves_a_valid_results_json(autograder_zip, tmp_
     assert "lab9_nope" in proc.stdout
 
 
-def test_sandbox_preflight_names_what_a_worker_can_see(zygote, tmp_path):
-    from grader.autograder.gradescope import check_sandbox
+def test_sandbox_preflight_names_what_a_worker_can_see(rubric, zygote, tmp_path):
+    from grader.grading import Grader
 
-    assert check_sandbox(zygote, [paths.SOLUTIONS, paths.RUBRIC, tmp_path]) is None
-    # /usr is bound read-only into every worker: the probe must notice it.
-    assert check_sandbox(zygote, [Path("/usr")]) == "sandbox workers can see /usr"
+    with Grader(rubric, zygote=zygote) as grader:
+        assert grader.isolation_problem([paths.SOLUTIONS, paths.RUBRIC, tmp_path]) is None
+        # /usr is bound read-only into every worker: the probe must notice it.
+        assert grader.isolation_problem([Path("/usr")]) == "sandbox workers can see /usr"

@@ -1,4 +1,4 @@
-"""Calls sent ahead (grader/call_plan.py): the same grades as one call at a time, only
+"""Calls sent ahead (grader/engine/call_plan.py): the same grades as one call at a time, only
 inputs ever sent ahead, and the paths where a test does not follow the plan (another
 request, no call, a hang)."""
 
@@ -9,13 +9,12 @@ import time
 
 import pytest
 
-from conftest import make_submission
+from helpers import make_submission
 from grader import paths
-from grader.call_plan import CallPlan, PlannedCall, plan_for
-from grader.grading import grade_submission
+from grader.engine.call_plan import CallPlan, PlannedCall
+from grader.engine.student import Session, StudentLab, StudentTimeout
+from grader.grading import Grader
 from grader.sandbox import make_scratch, wire
-from grader.student import Session, StudentLab, StudentTimeout
-from grader.suite_runner import SuiteRunner
 
 LAB = "lab1_attention"
 SOURCE = b'''
@@ -40,9 +39,16 @@ def scratch():
 
 
 @pytest.fixture(scope="module")
-def runner(rubric):
-    with SuiteRunner(rubric=rubric) as r:
-        yield r
+def ahead(rubric, zygote):
+    """A Grader that sends calls ahead (its plan recorded once, as a batch's)."""
+    with Grader(rubric, zygote=zygote, send_ahead=True) as grader:
+        yield grader
+
+
+@pytest.fixture(scope="module")
+def one_by_one(rubric, zygote):
+    with Grader(rubric, zygote=zygote) as grader:
+        yield grader
 
 
 def _call(target, *args):
@@ -70,19 +76,18 @@ def _session(zygote, scratch, plan: CallPlan):
     "bug_norm_first_ignored", "bug_dropout_in_eval", "bug_split_no_transpose",
     "bug_max_len_unchecked", "broken_import", "missing_lab3",
 ])
-def test_send_ahead_grades_like_one_call_at_a_time(name, rubric, zygote, runner, tmp_path):
+def test_send_ahead_grades_like_one_call_at_a_time(name, ahead, one_by_one, tmp_path):
     folder = paths.SOLUTIONS if name == "solutions" else make_submission(name, tmp_path / name)
-    ahead = grade_submission(folder, rubric=rubric, zygote=zygote, runner=runner, name=name)
-    one_by_one = grade_submission(folder, rubric=rubric, zygote=zygote, runner=runner,
-                                  name=name, send_ahead=False)
-    assert ahead.to_dict_without_timings() == one_by_one.to_dict_without_timings()
+    sent_ahead = ahead.grade(folder, name=name)
+    assert ahead.call_plan() is not None
+    assert sent_ahead.to_dict_without_timings() == \
+        one_by_one.grade(folder, name=name).to_dict_without_timings()
 
 
-def test_the_plan_is_each_tests_first_request_and_inputs_only(rubric, zygote, runner):
-    labs = list(rubric.labs)
-    plan = plan_for(runner=runner, labs=labs, zygote=zygote)
+def test_the_plan_is_each_tests_first_request_and_inputs_only(rubric, ahead):
+    plan = ahead.call_plan()
     assert plan is not None
-    assert plan is plan_for(runner=runner, labs=labs, zygote=zygote)  # recorded once
+    assert plan is ahead.call_plan(list(rubric.labs))  # recorded once
     # every test of the rubric has its first call planned (parametrized tests per case)
     names = {t.split("::")[-1].split("[")[0] for t in plan.first}
     assert names == {t for spec in rubric.labs.values() for t in spec.tests}

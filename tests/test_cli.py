@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from grader import paths
+from grader.cli import main
+from grader.errors import EXIT_BAD_INPUT, EXIT_GRADER_FAULT, GraderError, GraderFault
 
 GRADER = [sys.executable, "-m", "grader.cli"]
 
@@ -67,3 +71,25 @@ def test_grade_accepts_a_zip_and_writes_html_feedback(tmp_path):
     assert data["score"] == 0
     assert "lab3_positional.py was not found in the submission" in data["output"]
     assert (tmp_path / "feedback.html").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+@pytest.mark.parametrize("error", sorted(_subclasses(GraderError), key=lambda c: c.__name__),
+                         ids=lambda c: c.__name__)
+def test_every_grader_error_is_one_line_per_problem_and_its_exit_code(error, monkeypatch, capsys):
+    """BatchError, RunnerError, SandboxError... included: no command shows a traceback."""
+    def fail(args):
+        raise error(["first problem at rubric.yaml:3", "second problem"])
+
+    monkeypatch.setattr("grader.cli.batch.cmd_batch", fail)
+    code = main(["batch", "somewhere", "--out", "elsewhere"])
+    out = capsys.readouterr()
+    assert code == error.exit_code
+    assert code == (EXIT_GRADER_FAULT if issubclass(error, GraderFault) else EXIT_BAD_INPUT)
+    assert out.err == "error: first problem at rubric.yaml:3\nerror: second problem\n"
+    assert out.out == ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grader import paths
 from grader.rubric import check_rubric_against_suites, load_rubric
-from grader.stubs import leaked_solution_lines, solution_regions, stub_drift
+from grader.authoring.stubs import leaked_solution_lines, solution_regions, stub_drift
 
 
 def test_committed_stubs_are_what_the_generator_writes():

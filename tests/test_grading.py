@@ -8,14 +8,18 @@ nothing is reported as a grader error.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 
 import pytest
 
-from conftest import expectation, fixture_names, make_submission
+from helpers import expectation, fixture_names, grade, make_submission
 from grader import paths
-from grader.grading import grade_submission
-from grader.results import write_gradescope
+from grader.errors import EXIT_GRADER_FAULT, GraderFault, SandboxError
+from grader.grading import Grader
+from grader.outputs.gradescope import write_gradescope
+from grader.sandbox import Zygote
 
 
 def lab_scores(result) -> dict[str, tuple[float, float, str]]:
@@ -39,13 +43,13 @@ def assert_report(result, rubric, breaks: set[str]) -> None:
 
 
 def test_reference_solutions_score_full_marks(rubric, zygote):
-    result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    result = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
     assert_report(result, rubric, breaks=set())
     assert result.score == rubric.max_points
 
 
 def test_untouched_stubs_score_zero_on_not_implemented(rubric, zygote):
-    result = grade_submission(paths.EXERCISES, rubric=rubric, zygote=zygote)
+    result = grade(paths.EXERCISES, rubric=rubric, zygote=zygote)
     assert result.score == 0
     for lab in result.labs:
         assert lab.status == "graded"
@@ -58,7 +62,7 @@ def test_untouched_stubs_score_zero_on_not_implemented(rubric, zygote):
 def test_fixture_loses_points_exactly_in_the_labs_it_breaks(name, rubric, zygote, tmp_path):
     expect = expectation(name)
     submission = make_submission(name, tmp_path / name)
-    result = grade_submission(submission, rubric=rubric, zygote=zygote)
+    result = grade(submission, rubric=rubric, zygote=zygote)
     assert_report(result, rubric, breaks=set(expect.get("breaks") or []))
 
 
@@ -66,7 +70,7 @@ def test_fixture_loses_points_exactly_in_the_labs_it_breaks(name, rubric, zygote
 def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote, tmp_path):
     expect = expectation(name)
     breaks = set(expect.get("breaks") or [])
-    result = grade_submission(make_submission(name, tmp_path / name), rubric=rubric,
+    result = grade(make_submission(name, tmp_path / name), rubric=rubric,
                               zygote=zygote)
     assert_report(result, rubric, breaks=breaks)
     direct = {f[:-3] for f in (expect.get("delete") or [])} | {
@@ -82,7 +86,7 @@ def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote,
 def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
     submission = make_submission("broken_syntax", tmp_path / "s")
     bad_line = _syntax_error_line((submission / "lab1_attention.py").read_text())
-    result = grade_submission(submission, rubric=rubric, zygote=zygote)
+    result = grade(submission, rubric=rubric, zygote=zygote)
     lab1 = result.lab("lab1_attention")
     assert lab1.status == "import_error"
     assert f"lab1_attention.py:{bad_line}" in lab1.message
@@ -107,7 +111,7 @@ def test_missing_file_reported_and_other_labs_graded(rubric, zygote, tmp_path):
     submission.mkdir()
     (submission / "lab3_positional.py").write_bytes(
         (paths.SOLUTIONS / "lab3_positional.py").read_bytes())
-    result = grade_submission(submission, rubric=rubric, zygote=zygote)
+    result = grade(submission, rubric=rubric, zygote=zygote)
     for lab in result.labs:
         if lab.name == "lab3_positional":
             assert lab.score == lab.max_score
@@ -117,7 +121,7 @@ def test_missing_file_reported_and_other_labs_graded(rubric, zygote, tmp_path):
 
 
 def test_gradescope_results_json_shape(rubric, zygote, tmp_path):
-    result = grade_submission(make_submission("bug_softmax_dim", tmp_path / "s"),
+    result = grade(make_submission("bug_softmax_dim", tmp_path / "s"),
                               rubric=rubric, zygote=zygote)
     write_gradescope(result, tmp_path / "out" / "results.json")
     data = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -136,7 +140,7 @@ def test_gradescope_results_json_shape(rubric, zygote, tmp_path):
 
 def test_hidden_failures_show_no_values(rubric, zygote, tmp_path):
     """A hidden test's message keeps the cause but never the expected or received numbers."""
-    result = grade_submission(make_submission("bug_no_scale", tmp_path / "s"), rubric=rubric,
+    result = grade(make_submission("bug_no_scale", tmp_path / "s"), rubric=rubric,
                               zygote=zygote)
     hidden_failed = [t for lab in result.labs for t in lab.tests
                      if t.visibility == "hidden" and not t.passed]
@@ -147,3 +151,51 @@ def test_hidden_failures_show_no_values(rubric, zygote, tmp_path):
         # Counts may appear ("3 of 40 elements"); values and positions may not.
         assert not re.search(r"worst at|index \(|expected -?\d|got -?\d|error \d", t.message), t.message
     assert any("worst at" in t.message for t in public_failed)
+
+
+class DyingZygote:
+    """A zygote of the test's own that dies (SIGKILL, by its pid) as the grader asks it for
+    its ``die_at``-th worker: an infrastructure failure in the middle of a submission."""
+
+    def __init__(self, zygote: Zygote, die_at: int):
+        self.zygote, self.die_at, self.spawned = zygote, die_at, 0
+
+    def spawn(self, **kwargs):
+        self.spawned += 1
+        if self.spawned == self.die_at:
+            os.kill(self.zygote.pid, signal.SIGKILL)
+            self.zygote._proc.wait()
+        return self.zygote.spawn(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.zygote, name)
+
+
+def test_a_sandbox_that_dies_mid_submission_is_a_grader_fault_not_a_score(rubric):
+    # Its own zygote: this test kills it, and no other test may share a dead sandbox.
+    with Zygote(forbidden=rubric.all_forbidden) as own:
+        dying = DyingZygote(own, die_at=3)
+        with Grader(rubric, zygote=dying) as grader:
+            assert grader.alive
+            with pytest.raises(SandboxError, match="zygote stopped during grading") as exc:
+                grader.grade(paths.SOLUTIONS)
+            assert not grader.alive
+    assert dying.spawned >= 3
+    assert isinstance(exc.value, GraderFault) and exc.value.exit_code == EXIT_GRADER_FAULT
+
+
+def test_a_submission_that_ends_its_own_worker_is_scored_as_its_own_fault(rubric, zygote,
+                                                                           tmp_path):
+    """The other side of the line: os._exit in student code is the student's doing."""
+    sub = make_submission("ok_einsum", tmp_path / "sub")
+    lab1 = sub / "lab1_attention.py"
+    lab1.write_text(lab1.read_text() + "\n\nimport os as _os\n\n"
+                    "def causal_mask(seq_q, seq_k=None, device=None):\n    _os._exit(3)\n")
+    with Grader(rubric, zygote=zygote) as grader:
+        result = grader.grade(sub, labs=["lab1_attention"])
+        assert grader.alive
+    lab = result.lab("lab1_attention")
+    assert lab.status == "graded" and 0 < lab.score < lab.max_score
+    crashed = [t for t in lab.tests if not t.passed]
+    assert crashed and all("crashed the worker process" in t.message for t in crashed), \
+        [t.message for t in crashed]

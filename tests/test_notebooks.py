@@ -1,6 +1,6 @@
 """Notebooks: the nbgrader course built from solutions/ (grader.notebooks), lab code extracted
-from submitted notebooks (grader.notebook_source, grading.sanitize), and the gradebook export
-(grader.nbgrader_bridge).
+from submitted notebooks (grader.intake.notebook, grading.sanitize), and the gradebook export
+(grader.authoring.nbgrader_bridge).
 
 The tests marked ``nbgrader`` run the real nbgrader end to end (generate_assignment, autograde,
 generate_feedback, the Gradebook API) with a kernelspec in a temporary JUPYTER_PATH that points
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import grade as shared_grade
 from grader import paths
-from grader.notebook_source import (
+from grader.intake.notebook import (
     TEST_CELL_MARKER,
     Cell,
     NotebookError,
@@ -31,12 +32,12 @@ from grader.notebook_source import (
     parse_notebook,
     grade_id_for,
 )
-from grader.notebooks import (course_drift, course_files, generate_assignments,
-                              private_jupyter_env, write_course)
+from grader.authoring.course_notebooks import (course_drift, course_files, generate_assignments,
+                                               private_jupyter_env, write_course)
 
 try:
     import nbgrader  # noqa: F401
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
     NBGRADER_MISSING = ""
 except ImportError as exc:  # pragma: no cover - depends on the environment
     NBGRADER_MISSING = f"nbgrader is not importable ({exc}); pip install 'attention-labs[notebooks]'"
@@ -347,7 +348,7 @@ def _notebook_from_py(py: str, *, split: bool = True) -> dict:
 
 
 def test_sanitize_takes_the_notebook_when_the_py_is_absent(tmp_path, rubric):
-    from grader.grading import sanitize
+    from grader.intake import Problem, sanitize
 
     sub = tmp_path / "sub"
     _write_nb(_notebook_from_py((paths.SOLUTIONS / "lab1_attention.py").read_text()),
@@ -357,7 +358,8 @@ def test_sanitize_takes_the_notebook_when_the_py_is_absent(tmp_path, rubric):
     clean = sanitize(sub, rubric, [LAB1, "lab2_multihead", "lab3_positional"])
     assert "def scaled_dot_product_attention" in clean.files["lab1_attention.py"].decode()
     assert clean.files["lab3_positional.py"] == (paths.SOLUTIONS / "lab3_positional.py").read_bytes()
-    assert clean.problems == {"lab2_multihead": "lab2_multihead.py was not found in the submission"}
+    assert clean.problems == {"lab2_multihead": Problem(
+        "missing", "lab2_multihead.py was not found in the submission")}
     assert any(n.startswith("nested/lab1_attention.ipynb: graded as one file") for n in clean.notes)
     # one notebook file as the whole submission
     one = sanitize(sub / "nested" / "lab1_attention.ipynb", rubric, [LAB1, "lab3_positional"])
@@ -365,16 +367,16 @@ def test_sanitize_takes_the_notebook_when_the_py_is_absent(tmp_path, rubric):
 
 
 def test_sanitize_reports_an_invalid_notebook_per_lab(rubric):
-    from grader.grading import sanitize
+    from grader.intake import sanitize
 
     clean = sanitize(NB_FIXTURES / "broken_json", rubric, [LAB1])
-    assert clean.problems[LAB1] == ("lab1_attention.ipynb is not a valid notebook: Expecting ',' "
+    assert clean.problems[LAB1].kind == "error"
+    assert clean.problems[LAB1].message == ("lab1_attention.ipynb is not a valid notebook: Expecting ',' "
                                     "delimiter at line 7, column 3 (it is not JSON; was it saved by "
                                     "Jupyter?)")
 
 
 def test_grade_messy_notebook_full_marks_and_one_bug_partial(tmp_path, rubric, zygote):
-    from grader.grading import grade_submission
 
     solution = (paths.SOLUTIONS / "lab1_attention.py").read_text()
     nb = _notebook_from_py(solution)
@@ -389,15 +391,15 @@ def test_grade_messy_notebook_full_marks_and_one_bug_partial(tmp_path, rubric, z
                                             "evalue": "", "traceback": []}]))
     nb["cells"].append(_code_cell(f"{TEST_CELL_MARKER}\nraise SystemExit\n"))
     _write_nb(nb, tmp_path / "good" / "lab1_attention.ipynb")
-    result = grade_submission(tmp_path / "good", rubric=rubric, labs=[LAB1], zygote=zygote)
+    result = shared_grade(tmp_path / "good", rubric=rubric, labs=[LAB1], zygote=zygote)
     assert result.score == result.max_score == rubric.labs[LAB1].max_points, result.to_dict()
 
     bug = (FIXTURES / "submissions" / "bug_causal_off_by_one" / "lab1_attention.py").read_text()
     _write_nb(_notebook_from_py(bug), tmp_path / "bug" / "lab1_attention.ipynb")
     (tmp_path / "bugpy").mkdir()
     (tmp_path / "bugpy" / "lab1_attention.py").write_text(bug)
-    as_nb = grade_submission(tmp_path / "bug", rubric=rubric, labs=[LAB1], zygote=zygote)
-    as_py = grade_submission(tmp_path / "bugpy", rubric=rubric, labs=[LAB1], zygote=zygote)
+    as_nb = shared_grade(tmp_path / "bug", rubric=rubric, labs=[LAB1], zygote=zygote)
+    as_py = shared_grade(tmp_path / "bugpy", rubric=rubric, labs=[LAB1], zygote=zygote)
     assert 0 < as_nb.score < as_nb.max_score
     assert [t.passed for t in as_nb.labs[0].tests] == [t.passed for t in as_py.labs[0].tests]
 
@@ -660,15 +662,14 @@ def test_feedback_shows_no_hidden_tests_nor_expected_values(graded_course, rubri
 
 @needs_nbgrader
 def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygote, monkeypatch):
-    from grader.grading import grade_submission
-    from grader.nbgrader_bridge import export_results, load_result_files
-    from grader.results import write_gradescope
+    from grader.authoring.nbgrader_bridge import export_results, load_result_files
+    from grader.outputs.gradescope import write_gradescope
 
     course = graded_course["course"]
     # grade the submitted notebooks with the sandboxed grader, as `grader grade --out` does
     out = tmp_path / "results"
     for student in ("alice", "carol"):
-        result = grade_submission(course / "submitted" / student, rubric=rubric, zygote=zygote,
+        result = shared_grade(course / "submitted" / student, rubric=rubric, zygote=zygote,
                                   name=student)
         write_gradescope(result, out / student / "results.json")
     results = load_result_files([out])
@@ -688,7 +689,7 @@ def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygo
             for t in lab.tests:
                 grade = gb.find_grade(grade_id_for(LAB1, t.name, t.visibility), LAB1, LAB1, student)
                 assert grade.auto_score == t.score and grade.max_score == t.max_score
-        with pytest.raises(Exception):
+        with pytest.raises(MissingEntry):
             gb.find_submission("lab2_multihead", "alice")
 
     # the course's own gradebook (made by generate_assignment and autograde): the same cells

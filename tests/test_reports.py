@@ -1,4 +1,4 @@
-"""Tests of grader/reports.py: JUnit XML and the GitHub Classroom payload.
+"""Tests of grader/outputs/reports.py: JUnit XML and the GitHub Classroom payload.
 
 Each view is checked against the result it was made from: on a hand-built result with
 awkward text (control characters, XML markup, a lone surrogate) and on a real grading.
@@ -12,16 +12,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import make_submission
+from helpers import grade, make_submission
 from grader.cli import main
-from grader.grading import grade_submission
-from grader.reports import (
-    classroom_encoded,
-    classroom_payload,
-    failure_text,
-    junit_xml,
-    printable,
-)
+from grader.outputs.classroom import classroom_encoded, classroom_payload
+from grader.outputs.junit import junit_xml
+from grader.outputs.text import failure_text, printable
 from grader.results import LabResult, SubmissionResult
 from grader.results import TestResult as CaseResult  # not "Test*": pytest would collect it
 
@@ -59,8 +54,8 @@ def test_to_dict_without_timings_drops_the_timings_only():
     assert all("duration_s" not in t for lab in plain["labs"] for t in lab["tests"])
     # Everything else is kept: put the timings back and it is the whole dict again.
     plain["execution_time"] = full["execution_time"]
-    for lab, full_lab in zip(plain["labs"], full["labs"]):
-        for test, full_test in zip(lab["tests"], full_lab["tests"]):
+    for lab, full_lab in zip(plain["labs"], full["labs"], strict=False):
+        for test, full_test in zip(lab["tests"], full_lab["tests"], strict=False):
             test["duration_s"] = full_test["duration_s"]
     assert plain == full
 
@@ -85,13 +80,13 @@ def test_junit_mirrors_the_result_test_by_test():
     assert int(root.get("tests")) == 4 and int(root.get("failures")) == 3
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["lab1_attention", "lab2_multihead"]
-    for suite, lab in zip(suites, result.labs):
+    for suite, lab in zip(suites, result.labs, strict=False):
         cases = suite.findall("testcase")
         assert int(suite.get("tests")) == len(cases) == len(lab.tests)
         assert int(suite.get("failures")) == sum(not t.passed for t in lab.tests)
         props = {p.get("name"): p.get("value") for p in suite.find("properties")}
         assert props["score"] == f"{lab.score:g}" and props["max_score"] == f"{lab.max_score:g}"
-        for case, t in zip(cases, lab.tests):
+        for case, t in zip(cases, lab.tests, strict=False):
             assert (case.get("classname"), case.get("name")) == (lab.name, t.name)
             assert float(case.get("time")) == pytest.approx(t.duration_s, abs=1e-3)
             failure = case.find("failure")
@@ -131,7 +126,7 @@ def check_payload(payload: dict, result: SubmissionResult) -> None:
     assert payload["max_score"] == round(result.max_score)
     tests = [(lab, t) for lab in result.labs for t in lab.tests]
     assert len(payload["tests"]) == len(tests)
-    for entry, (lab, t) in zip(payload["tests"], tests):
+    for entry, (lab, t) in zip(payload["tests"], tests, strict=False):
         assert set(entry) == {"name", "status", "score", "message"}
         assert entry["name"] == f"{lab.name}: {t.name}"
         assert entry["score"] == t.score
@@ -170,7 +165,7 @@ def test_classroom_status_pass_and_error():
 def graded(rubric, zygote, tmp_path_factory):
     """A real grading of a one-bug submission (lab1 only, public and hidden tests)."""
     sub = make_submission("bug_softmax_dim", tmp_path_factory.mktemp("sub") / "bug")
-    return sub, grade_submission(sub, rubric=rubric, labs=["lab1_attention"], zygote=zygote)
+    return sub, grade(sub, rubric=rubric, labs=["lab1_attention"], zygote=zygote)
 
 
 def test_views_of_a_real_grading(graded):

@@ -586,7 +586,7 @@ def test_no_worker_or_keeper_outlives_the_zygote_users(zyg, scratch):
 def test_processes_a_test_leaves_behind_end_with_that_test(zyg, scratch):
     """The grading session replaces a worker that still has children when the next test
     starts; a worker that started nothing is reused (no spawn cost)."""
-    from grader.student import Session, StudentLab
+    from grader.engine.student import Session, StudentLab
 
     session = Session(zygote=zyg, submission_dir=scratch, forbidden={})
     lab = StudentLab(session, LAB)

@@ -1,4 +1,4 @@
-"""Tests of grader/stubs.py: solution regions -> student stubs."""
+"""Tests of grader/authoring/stubs.py: solution regions -> student stubs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.stubs import (
+from grader.authoring.stubs import (
     Region,
     StubError,
     leaked_solution_lines,

@@ -1,4 +1,4 @@
-"""The long-lived pytest session (grader.suite_runner) and the memoized references.
+"""The long-lived pytest session (grader.engine.suite_runner) and the memoized references.
 
 A batch grades every student of a grading process through one ``SuiteRunner`` (the suites
 collected once) and one reference cache; both must give exactly the result that a fresh
@@ -13,11 +13,12 @@ import sys
 import pytest
 import torch
 
-from conftest import make_submission
+from helpers import grade, make_submission
 from grader import paths
-from grader.grading import grade_submission
-from grader.memo import memoized
-from grader.suite_runner import SuiteRunner
+from grader.errors import SubmissionError
+from grader.grading import Grader
+from grader.engine.memo import memoized
+from grader.engine.suite_runner import SuiteRunner
 from grader.suites import _inputs
 
 # One of each outcome, in an order where a failing, a crashing and a missing lab come
@@ -29,13 +30,12 @@ SEQUENCE = ["bug_softmax_dim", "ok_einsum", "broken_syntax", "missing_lab3",
 def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path):
     folders = [paths.SOLUTIONS if name == "solutions" else
                make_submission(name, tmp_path / name) for name in SEQUENCE]
-    with SuiteRunner(rubric=rubric) as runner:
-        shared = [grade_submission(f, rubric=rubric, zygote=zygote, runner=runner, name=n)
-                  for f, n in zip(folders, SEQUENCE)]
-    for folder, name, got in zip(folders, SEQUENCE, shared):
-        fresh = grade_submission(folder, rubric=rubric, zygote=zygote, name=name)
+    with Grader(rubric, zygote=zygote) as grader:      # one pytest session for all
+        shared = [grader.grade(f, name=n) for f, n in zip(folders, SEQUENCE, strict=False)]
+    for folder, name, got in zip(folders, SEQUENCE, shared, strict=False):
+        fresh = grade(folder, rubric=rubric, zygote=zygote, name=name)
         assert got.to_dict_without_timings() == fresh.to_dict_without_timings(), name
-    scores = {name: r.score for name, r in zip(SEQUENCE, shared)}
+    scores = {name: r.score for name, r in zip(SEQUENCE, shared, strict=False)}
     assert scores["solutions"] == scores["ok_einsum"] == rubric.max_points
     assert scores["bug_softmax_dim"] < rubric.max_points
     assert scores["broken_syntax"] < rubric.max_points
@@ -45,24 +45,26 @@ def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path
             len(spec.tests) for spec in rubric.labs.values())
 
 
-def test_runner_runs_only_the_labs_asked_for(rubric, zygote):
+def test_a_grader_runs_only_the_labs_and_visibility_asked_for(rubric, zygote):
     lab = next(iter(rubric.labs))
-    with SuiteRunner(rubric=rubric) as runner:
-        result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote,
-                                  runner=runner, labs=[lab])
+    with Grader(rubric, zygote=zygote) as grader:
+        result = grader.grade(paths.SOLUTIONS, labs=[lab])
+        public = grader.grade(paths.SOLUTIONS, labs=[lab], visibility=("public",))
     assert [l.name for l in result.labs] == [lab]
     assert result.score == rubric.labs[lab].max_points
+    assert {t.visibility for t in public.lab(lab).tests} == {"public"}
+    assert public.score == sum(t.points for t in rubric.labs[lab].tests.values()
+                               if t.visibility == "public")
 
 
-def test_runner_refuses_labs_and_visibility_it_was_not_built_for(rubric, zygote):
+def test_runner_and_grader_refuse_labs_they_do_not_have(rubric, zygote):
     first, second = list(rubric.labs)[:2]
-    with SuiteRunner(rubric=rubric, labs=[first]) as runner:
-        with pytest.raises(ValueError, match=second):
-            grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote, runner=runner,
-                             labs=[second])
-    with SuiteRunner(rubric=rubric, visibility=("public",)) as runner:
-        with pytest.raises(ValueError, match="public"):
-            grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote, runner=runner)
+    with SuiteRunner(rubric=rubric, labs=[first]) as runner, \
+            pytest.raises(ValueError, match=second):
+        runner.run(None, [second])
+    with Grader(rubric, zygote=zygote) as grader, \
+            pytest.raises(SubmissionError, match="unknown lab 'lab9_nope'"):
+        grader.grade(paths.SOLUTIONS, labs=["lab9_nope"])
 
 
 def test_memoized_reference_is_keyed_on_values_and_hands_out_copies():
@@ -114,11 +116,11 @@ def test_a_suite_that_fails_to_load_is_a_grader_error_not_a_student_one(
         monkeypatch.delitem(sys.modules, name)
     try:
         if shared:
-            with SuiteRunner(rubric=rubric) as runner:
-                result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote,
-                                          runner=runner)
+            with Grader(rubric, zygote=zygote) as grader:
+                grader.grade(make_submission("ok_einsum", tmp_path / "before"))
+                result = grader.grade(paths.SOLUTIONS)
         else:
-            result = grade_submission(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+            result = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
     finally:
         for name in suite_modules():
             del sys.modules[name]

@@ -36,21 +36,20 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.results import LabResult, SubmissionResult, TestResult, atomic_write_text
+from grader.outputs.atomic import atomic_write_text
+from grader.outputs.gradescope import gradescope_payload
+from grader.outputs.text import printable
+from grader.results import LabResult, SubmissionResult, TestResult
+from grader.errors import ConfigError
 
 DEFAULT_ROOT = Path("/autograder")
 DEFAULT_TIMEOUT_S = 600.0          # Gradescope's default overall timeout (10 minutes)
 DEFAULT_WORKER_MEMORY_MB = 256     # what a worker may map on top of the torch-loaded zygote
 CONFIG_FILE = "autograder.json"
 SANDBOX_MODES = ("auto", "root", "userns", "plain")  # the preflight has the last word
-PROBE_LAB = "lab0_sandbox_probe"
 
 STAFF_PROBLEM = ("This is a problem with the autograder, not with your code; please tell "
                  "the course staff.")
-
-
-class ConfigError(ValueError):
-    """autograder.json or an AUTOGRADER_* variable is invalid."""
 
 
 @dataclass
@@ -140,8 +139,6 @@ def say(message: str) -> None:
 
 def _clean(value):
     """Every string made printable (the engine already capped and filtered them)."""
-    from grader.reports import printable
-
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, list):
@@ -189,7 +186,7 @@ class PartialResults:
 
     def write(self) -> None:
         self.result.execution_time = time.monotonic() - self.started
-        write_results(self.path, self.result.to_gradescope())
+        write_results(self.path, gradescope_payload(self.result))
 
     def replace_lab(self, lab_result: LabResult) -> None:
         with self.lock:
@@ -199,6 +196,11 @@ class PartialResults:
                                 for lab in self.result.labs]
             self.done.add(lab_result.name)
             self.write()
+
+    def add_notes(self, notes: list[str]) -> None:
+        """Notes about the submission (a file found in a subfolder...), each once."""
+        with self.lock:
+            self.result.notes.extend(n for n in notes if n not in self.result.notes)
 
     def finish(self, status: str = "ok") -> bool:
         """Write the final file; False if the watchdog already ended the run."""
@@ -238,79 +240,6 @@ class PartialResults:
                  "labs that finished.")
 
 
-# --------------------------------------------------------------------------------------
-# Sandbox preflight
-# --------------------------------------------------------------------------------------
-
-_PROBE_SOURCE = '''
-import os
-
-def identity(paths):
-    return [os.getuid(), [os.path.exists(p) for p in paths]]
-'''
-
-
-def check_sandbox(zygote, secrets: list[Path]) -> str | None:
-    """None if a worker runs unprivileged and sees none of ``secrets``; else what is wrong."""
-    from grader.sandbox import SandboxError, WorkerDied, WorkerTimeout, make_scratch
-
-    scratch = make_scratch({f"{PROBE_LAB}.py": _PROBE_SOURCE.encode()})
-    worker = None
-    try:
-        worker = zygote.spawn(submission=scratch.name, lab=PROBE_LAB, forbidden=[])
-        reply = worker.request({"op": "call", "target": "identity",
-                                "args": [[str(p) for p in secrets]], "kwargs": {}, "seed": 0},
-                               timeout_s=60)
-    except (SandboxError, WorkerDied, WorkerTimeout, OSError) as exc:
-        return f"a sandbox worker could not start ({type(exc).__name__}: {exc})"
-    finally:
-        if worker is not None:
-            worker.kill()
-        scratch.cleanup()
-    if not isinstance(reply, dict) or "ok" not in reply:
-        return f"the sandbox probe failed: {reply!r}"
-    uid, seen = reply["ok"]
-    if os.geteuid() == 0 and uid == 0:
-        return "sandbox workers run as root (the sandbox fell back to plain mode)"
-    visible = [str(p) for p, s in zip(secrets, seen) if s]
-    if visible:
-        return f"sandbox workers can see {', '.join(visible)}"
-    return None
-
-
-def grade_lab(clean, scratch_dir: str, rubric, lab: str, zygote) -> SubmissionResult:
-    """Grade one lab of an already sanitized submission (grading.grade_submission's steps).
-
-    The scratch copy holds every lab file of the submission, not only this lab's, because a
-    lab may import another (LAB_CONTRACT.md); ``grade_submission(labs=[lab])`` copies only
-    the one file, so the runner drives the same public steps itself, one lab at a time.
-    """
-    from grader.grading import required_names, run_suites, score
-    from grader.student import Session
-
-    visibility = ("public", "hidden")
-    started = time.monotonic()
-    problems = {name: ("missing" if "not found" in why else "error", why)
-                for name, why in clean.problems.items() if name == lab}
-    session = Session(zygote=zygote, submission_dir=scratch_dir,
-                      forbidden={name: spec.forbidden for name, spec in rubric.labs.items()})
-    outcomes, collection_errors = [], []
-    try:
-        if lab not in problems:
-            session.start_test(rubric.labs[lab].time_limit_s)
-            error = session.probe(lab, names=required_names(rubric.labs[lab].file))
-            if error is not None:
-                problems[lab] = ("import_error", error.describe(hidden=False))
-            else:
-                outcomes, collection_errors = run_suites(session, rubric, [lab], visibility)
-    finally:
-        session.close()
-    result = score("submission", rubric, [lab], visibility, outcomes, problems,
-                   collection_errors)
-    result.execution_time = time.monotonic() - started
-    return result
-
-
 def _protect_from_oom() -> None:
     """Make the grading process the OOM killer's last choice (root only; best effort).
 
@@ -338,7 +267,8 @@ def run(config: RunnerConfig) -> int:
         "The autograder did not finish, so nothing was graded. " + STAFF_PROBLEM))
 
     from grader import paths
-    from grader.rubric import RubricError, load_rubric
+    from grader.errors import RubricError, SubmissionError
+    from grader.rubric import load_rubric
 
     try:
         rubric = load_rubric(paths.RUBRIC)
@@ -358,18 +288,17 @@ def run(config: RunnerConfig) -> int:
                       "reached this lab."), started)
     partial.write()
 
-    from grader.grading import SubmissionError, sanitize
-    from grader.sandbox import Limits, Zygote, make_scratch
+    from grader.grading import Grader
+    from grader.sandbox import Limits
 
-    forbidden = tuple(sorted({f for spec in rubric.labs.values() for f in spec.forbidden}))
-    zygote = Zygote(forbidden=forbidden, mode=config.sandbox_mode,
+    grader = Grader(rubric, sandbox_mode=config.sandbox_mode,
                     limits=Limits(memory_mb=config.worker_memory_mb))
 
     def watchdog() -> None:
         if partial.time_out(config.budget_s):
             say(f"watchdog: {config.budget_s:.0f} s budget spent; wrote partial results")
             try:
-                zygote.close()
+                grader.close()
             finally:
                 os._exit(0)
 
@@ -377,41 +306,41 @@ def run(config: RunnerConfig) -> int:
     timer.daemon = True
     timer.start()
     try:
-        zygote.start()
+        grader.start()
         _protect_from_oom()
-        problem = check_sandbox(zygote, [config.source, paths.RUBRIC, paths.SOLUTIONS])
+        problem = grader.isolation_problem([config.source, paths.RUBRIC, paths.SOLUTIONS])
         if problem:
             say(f"sandbox preflight failed: {problem}")
             partial.fail_pending("Not graded: the autograder could not isolate student code. "
                                  + STAFF_PROBLEM, status=f"sandbox error: {problem}")
             return 1
-        try:
-            clean = sanitize(config.submission, rubric, list(rubric.labs))
-        except SubmissionError as exc:
-            say(f"no submission to grade: {exc}")
-            partial.fail_pending(f"Not graded: {exc}", status="no submission")
-            return 1
-        partial.result.notes.extend(clean.notes)
-        scratch = make_scratch(clean.files)
-        try:
-            for lab in labs:
-                try:
-                    graded = grade_lab(clean, scratch.name, rubric, lab, zygote)
-                except Exception:  # noqa: BLE001 - one lab's grader failure must not lose the rest
-                    say(f"{lab}: the grader failed:\n{traceback.format_exc()}")
-                    partial.replace_lab(pending_result(
-                        rubric, [lab], "Not graded: the grader failed on this lab. "
-                        + STAFF_PROBLEM).labs[0])
-                    partial.result.status = f"grader error in {lab}"
-                    continue
-                lab_result = graded.labs[0]
-                say(f"{lab}: {lab_result.score:g}/{lab_result.max_score:g} "
-                    f"({lab_result.status}) in {graded.execution_time:.1f} s")
-                partial.replace_lab(lab_result)
-                if graded.status != "ok":
-                    partial.result.status = graded.status
-        finally:
-            scratch.cleanup()
+        # One lab at a time, through the same Grader as every other route, so that each
+        # finished lab's results are on disk before the next starts (the watchdog keeps them).
+        for lab in labs:
+            try:
+                graded = grader.grade(config.submission, labs=[lab], name="submission")
+            except SubmissionError as exc:
+                say(f"no submission to grade: {exc}")
+                partial.fail_pending(f"Not graded: {exc}", status="no submission")
+                return 1
+            except Exception:  # noqa: BLE001 - one lab's grader failure must not lose the rest
+                say(f"{lab}: the grader failed:\n{traceback.format_exc()}")
+                partial.replace_lab(pending_result(
+                    rubric, [lab], "Not graded: the grader failed on this lab. "
+                    + STAFF_PROBLEM).labs[0])
+                partial.result.status = f"grader error in {lab}"
+                if not grader.alive:
+                    grader.close()
+                    grader = Grader(rubric, sandbox_mode=config.sandbox_mode,
+                                    limits=Limits(memory_mb=config.worker_memory_mb)).start()
+                continue
+            lab_result = graded.labs[0]
+            say(f"{lab}: {lab_result.score:g}/{lab_result.max_score:g} "
+                f"({lab_result.status}) in {graded.execution_time:.1f} s")
+            partial.add_notes(graded.notes)
+            partial.replace_lab(lab_result)
+            if graded.status != "ok":
+                partial.result.status = graded.status
         status = partial.result.status if partial.result.status != "not finished" else "ok"
         partial.finish(status=status)
     except Exception:  # noqa: BLE001 - the sandbox or the grader itself broke: say so, keep a file
@@ -421,7 +350,7 @@ def run(config: RunnerConfig) -> int:
         return 1
     finally:
         timer.cancel()
-        zygote.close()
+        grader.close()
     result = partial.result
     say(f"total: {result.score:g}/{result.max_score:g} in {result.execution_time:.1f} s; "
         f"wrote {config.results}")

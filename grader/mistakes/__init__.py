@@ -1,7 +1,7 @@
 """The catalogue of classic mistakes, one module per lab, and the machinery to recognise them.
 
 A *mistake* is a small wrong implementation that the trusted grader can run: a variant of the
-reference solution (``solutions/``, loaded with ``grader.reference.load_reference``) with one
+reference solution (``solutions/``, loaded with ``grader.engine.reference.load_reference``) with one
 classic error in it, or, for mistakes that show as behaviour rather than values, a small rule.
 When a test fails, ``grader.diagnose`` replays the test's recorded student calls through every
 catalogued mistake of the lab; a mistake that reproduces what the *student* returned, on every
@@ -35,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from grader.memo import ValueCache, copy_value, value_key
+from grader.engine.memo import ValueCache, copy_value, value_key
 
 __all__ = ["Context", "DropoutSite", "DropoutStats", "Impl", "Mistake", "Replay", "Rule",
            "catalogue", "close", "replay", "LABS"]
@@ -61,7 +61,7 @@ class Impl:
 
     @property
     def reference(self):
-        from grader.reference import load_reference
+        from grader.engine.reference import load_reference
         return load_reference(self.lab)
 
     def resolve(self, target: str):
@@ -201,7 +201,7 @@ def _answer(impl: Impl, req: dict):
             leaves.append(None)
     with torch.enable_grad():
         output = fn(*args, **kwargs)
-        pairs = [(o, g) for o, g in zip(_flat_tensors(output), req["grad_outputs"]) if g is not None]
+        pairs = [(o, g) for o, g in zip(_flat_tensors(output), req["grad_outputs"], strict=False) if g is not None]
         if not pairs:
             raise RuntimeError("there is no output to differentiate")
         loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
@@ -252,7 +252,7 @@ def close(a, b, tol) -> bool:
         err = (a64[fa] - b64[fa]).abs()
         return bool((err <= tol.atol + tol.rtol * b64[fa].abs()).all())
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b, strict=False))
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(close(a[k], b[k], tol) for k in a)
     if isinstance(a, float) and isinstance(b, float):
@@ -288,7 +288,7 @@ class Context:
     lab: str
     test: str
     exc: BaseException
-    calls: list                    # grader.student.RecordedCall (those with a target)
+    calls: list                    # grader.engine.student.RecordedCall (those with a target)
     tol: object                    # grader.rubric.Tolerance
     _memo: dict = field(default_factory=dict)
 
@@ -468,7 +468,7 @@ def _narrowed(got, ref) -> bool:
         return (isinstance(got, torch.Tensor) and ref.dtype == torch.float64
                 and got.dtype == torch.float32)
     if isinstance(ref, (list, tuple)) and isinstance(got, (list, tuple)):
-        return any(_narrowed(g, r) for g, r in zip(got, ref))
+        return any(_narrowed(g, r) for g, r in zip(got, ref, strict=False))
     if isinstance(ref, dict) and isinstance(got, dict):
         return any(_narrowed(got[k], ref[k]) for k in ref if k in got)
     return False
@@ -507,7 +507,7 @@ def gradients_detached(ctx: Context) -> bool:
         s_in, r_in = tuple(got.get("input_grads") or ()), tuple(exp["input_grads"])
         if len(s_in) != len(r_in):
             continue
-        for s, r in zip(s_in, r_in):
+        for s, r in zip(s_in, r_in, strict=False):
             if r is not None and bool((r != 0).any()) and (
                     s is None or (isinstance(s, torch.Tensor) and bool((s == 0).all()))):
                 return True
@@ -516,7 +516,7 @@ def gradients_detached(ctx: Context) -> bool:
         if (close(got.get("output"), exp["output"], ctx.tol)
                 and close(got.get("param_grads"), exp["param_grads"], ctx.tol)
                 and all(isinstance(s, torch.Tensor) and bool(torch.isfinite(s).all())
-                        for s, r in zip(s_in, r_in) if r is not None)
+                        for s, r in zip(s_in, r_in, strict=False) if r is not None)
                 and not close(list(s_in), list(r_in), ctx.tol)):
             return True
     return False

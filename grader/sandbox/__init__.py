@@ -1,4 +1,4 @@
-"""The boundary between the trusted grader and untrusted student code (see DESIGN.md)."""
+"""The boundary between the trusted grader and untrusted student code (see docs/DESIGN.md, "The trust line")."""
 
 from grader.sandbox.host import (Limits, SandboxError, Worker, WorkerDied, WorkerTimeout,
                                  Zygote, make_scratch)

@@ -9,6 +9,7 @@ when it is out of time or misbehaves.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -24,16 +25,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.errors import SandboxError
 from grader.sandbox import wire
 from grader.sandbox.jail import children_of
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 SLOT_UID_BASE = 61000   # root mode: slot n runs as uid 61000 + n
 START_TIMEOUT_S = 60.0
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the student's code)."""
 
 
 class WorkerTimeout(Exception):
@@ -230,14 +228,10 @@ class Worker:
         self.alive = False
         for target in (lambda: os.kill(self.pid, signal.SIGKILL),
                        lambda: os.killpg(self.pid, signal.SIGKILL)):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 target()
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
         if self.lifeline is not None:
             os.close(self.lifeline)
             self.lifeline = None
@@ -317,10 +311,24 @@ class Zygote:
         ours.settimeout(None)
         return self
 
+    @property
+    def alive(self) -> bool:
+        """Whether the zygote is running: False before ``start``, after ``close``, and once
+        it has ended for any reason (then every worker it would fork is lost)."""
+        return self._proc is not None and self._proc.poll() is None
+
     def spawn(self, *, submission: str, lab: str, forbidden: list[str]) -> Worker:
         """A fresh worker for ``lab`` whose only files are those in ``submission``."""
         if self._control is None:
             self.start()
+        if not self.alive:
+            # Not the student's doing: whoever asked for the worker must not score it.
+            raise SandboxError("the sandbox zygote has stopped (exit status "
+                               f"{self._proc.returncode if self._proc else None})")
+        try:
+            zygote_group = os.getpgid(self.pid) if self.pid else 0
+        except ProcessLookupError:
+            raise SandboxError("the sandbox zygote has stopped") from None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         config = {
             "submission": submission,
@@ -333,7 +341,7 @@ class Zygote:
             "limits": self.limits.to_dict(),
             # Plain mode: processes a worker may never signal (with their groups).
             "protected_pids": sorted({os.getpid(), os.getpgrp(), self.pid or 0,
-                                      os.getpgid(self.pid) if self.pid else 0} - {0}),
+                                      zygote_group} - {0}),
             "debug": bool(os.environ.get("GRADER_SANDBOX_DEBUG")),
         }
         with self._lock:
@@ -363,10 +371,8 @@ class Zygote:
             self._control.close()
             self._control = None
         if self._proc is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
-            except ProcessLookupError:
-                pass
             self._proc.wait()
             self._proc = None
 

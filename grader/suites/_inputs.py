@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grader.memo import memoized
+from grader.engine.memo import memoized
 
 # --------------------------------------------------------------------------------------------
 # inputs

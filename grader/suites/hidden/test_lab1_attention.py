@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 import pytest  # noqa: F401
 
-from grader.compare import assert_close, assert_true
+from grader.engine.compare import assert_close, assert_true
 from grader.suites._inputs import (
     attention_output64,
     attention_reference,
@@ -77,7 +77,7 @@ def test_all_blocked_row_gradients_are_finite(student, tol, gen):
     g = student.grad("scaled_dot_product_attention", q, k, v, grad_outputs=(g_out, None), mask=mask)
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
     (attention_output64(*leaves, mask) * g_out.double()).sum().backward()
-    for name, got, leaf in zip("qkv", g.input_grads, leaves):
+    for name, got, leaf in zip("qkv", g.input_grads, leaves, strict=False):
         assert_close(got, leaf.grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
 
 
@@ -143,7 +143,7 @@ def test_gradients_match_pytorch(student, tol, gen):
     out64 = F.scaled_dot_product_attention(*leaves, attn_mask=mask)
     w64 = attention_weights64(leaves[0], leaves[1], mask)
     ((out64 * g_out.double()).sum() + (w64 * g_w.double()).sum()).backward()
-    for name, got, leaf in zip("qkv", g.input_grads, leaves):
+    for name, got, leaf in zip("qkv", g.input_grads, leaves, strict=False):
         assert_close(got, leaf.grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
 
 

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 import pytest  # noqa: F401
 
-from grader.compare import assert_close, assert_true
-from grader.reference import load_reference
+from grader.engine.compare import assert_close, assert_true
+from grader.engine.reference import load_reference
 from grader.suites._inputs import randn, sinusoidal64
 
 X_AXES = ("batch", "seq", "d_model")

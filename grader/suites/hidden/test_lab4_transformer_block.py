@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 import pytest  # noqa: F401
 
-from grader.compare import assert_close, assert_true
+from grader.engine.compare import assert_close, assert_true
 from grader.suites._inputs import (
     block_param_grads,
     block_reference,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F  # noqa: F401  (the reference lives in grader.suites._inputs)
 import pytest  # noqa: F401
 
-from grader.compare import assert_close, assert_true
+from grader.engine.compare import assert_close, assert_true
 from grader.suites._inputs import attention_reference, randn, random_mask, tril_mask
 
 W_AXES = ("batch", "seq_q", "seq_k")

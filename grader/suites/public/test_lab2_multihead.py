@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 import pytest  # noqa: F401
 
-from grader.compare import assert_close, assert_true
+from grader.engine.compare import assert_close, assert_true
 from grader.suites._inputs import mha_reference_outputs, mha_weights, randn
 
 O_AXES = ("batch", "seq_q", "d_model")

@@ -5,11 +5,10 @@ the expected values come from the closed-form formula (computed in float64).  Th
 base, long tables, float64 inputs, gradients, dropout and the seq == max_len edge.
 """
 
-import torch
 import torch.nn.functional as F  # noqa: F401
 import pytest  # noqa: F401
 
-from grader.compare import assert_close
+from grader.engine.compare import assert_close
 from grader.suites._inputs import randn, sinusoidal64
 
 X_AXES = ("batch", "seq", "d_model")

@@ -7,11 +7,10 @@ norm2.  Its src_mask uses True = blocked, so the tests hand it ~mask.  The grade
 (hidden) tests: GELU blocks, other masks, dropout, default sizes and gradients.
 """
 
-import torch
 import torch.nn.functional as F  # noqa: F401
 import pytest  # noqa: F401
 
-from grader.compare import assert_close
+from grader.engine.compare import assert_close
 from grader.suites._inputs import (
     block_reference_output,
     block_weights,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.call_plan import CallPlan, PlannedCall
+from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.sandbox import SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, wire
 
 
@@ -79,29 +79,20 @@ class RecordedCall:
     error: StudentError | None = None
 
 
-MAX_AHEAD = 8   # planned calls out to a worker at once
-
-
-@dataclass
-class _Ahead:
-    """A test's planned first call, sent to ``worker`` as the test started."""
-    test: str
-    call: PlannedCall
-    worker: Worker
-
-
 @dataclass
 class Session:
-    """The workers for one submission: at most one live worker per lab.
+    """The workers for one submission (at most one live worker per lab) and the calls of
+    the test being run.
 
-    With a ``plan`` (grader.call_plan), each test's first call is sent to its worker as the
-    test starts, or as soon as the call of the one-call test before it is answered.
-    ``recording``: a CallPlan to fill with each test's first request, call count and
-    successor (how a plan is made).
+    ``plan`` (grader.engine.call_plan): send each test's first call ahead of it (a
+    ``Prefetcher``). ``recording``: a CallPlan to fill with each test's first request, call
+    count and successor (a ``PlanRecorder``; how a plan is made).
     """
     zygote: Zygote
     submission_dir: str
     forbidden: dict[str, tuple[str, ...]]          # lab -> dotted names it may not use
+    plan: CallPlan | None = None
+    recording: CallPlan | None = None
     deadline: float = float("inf")                  # monotonic time the current test ends
     time_limit_s: float = 10.0
     workers: dict[str, Worker] = field(default_factory=dict)
@@ -110,67 +101,35 @@ class Session:
     # kept in this trusted process for the mistake diagnosis (grader.diagnose) of a
     # failed test; reset by start_test.
     calls: list[RecordedCall] = field(default_factory=list)
-    plan: CallPlan | None = None
-    recording: CallPlan | None = None
     test: str = ""                                  # node id of the current test
     made: int = 0                                   # calls the current test has made
-    # Planned first calls sent to a worker, in the order it answers them (one worker).
-    ahead: list[_Ahead] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
+        self.recorder = PlanRecorder(self.recording) if self.recording is not None else None
+
+    @property
+    def ahead(self) -> list:
+        """Planned calls out to a worker, in the order it answers them."""
+        return self.prefetch.ahead if self.prefetch is not None else []
 
     def start_test(self, time_limit_s: float, test: str = "") -> None:
-        if self.recording is not None and test:
-            if self.test:
-                self.recording.following[self.test] = test
-            self.recording.calls[test] = 0
-        # Planned calls the finished test never made have run or are running: read their
-        # replies and drop them, within the finished test's limit (else that worker ends).
-        # This test's own first call may be out already (see _send_ahead).
-        deadline = time.monotonic() + self.time_limit_s
-        while self.ahead and self.ahead[0].test != test:
-            stale = self.ahead.pop(0)
-            try:
-                stale.worker.receive(timeout_s=max(0.0, deadline - time.monotonic()))
-            except (WorkerTimeout, WorkerDied):
-                self.ahead.clear()      # killed: what was sent to it is lost
+        if self.recorder is not None and test:
+            self.recorder.start_test(test)
+        if self.prefetch is not None:
+            # Within the finished test's limit; this test's own call may be out already.
+            self.prefetch.drop_unasked(test, self.time_limit_s)
         self.test, self.made = test, 0
         # Whatever the previous test's calls left running (a daemon, a fork bomb, a
         # setsid'd grandchild) ends with that test: its worker is replaced.
         for worker in self.workers.values():
             if worker.alive and worker.has_children():
                 worker.kill()
-        if self.ahead and not self.ahead[0].worker.alive:
-            self.ahead.clear()          # sent to a worker that has ended since: send again
         self.time_limit_s = time_limit_s
         self.deadline = time.monotonic() + time_limit_s
         self.calls = []
-        planned = self.plan.first.get(test) if self.plan is not None and test else None
-        if planned is not None and not self.ahead:
-            self._send_ahead(test, planned)
-
-    def _send_ahead(self, test: str, planned: PlannedCall) -> bool:
-        try:
-            worker = self._worker(planned.lab)
-            worker.send_ahead(planned.frame, count=1)
-        except (StudentError, WorkerDied):
-            return False                # the test's own call meets the same failure
-        self.ahead.append(_Ahead(test, planned, worker))
-        return True
-
-    def _chain(self, lab: str) -> None:
-        """The current test made all its planned calls: send the next tests' first calls,
-        up to and including the next test that makes more than one (its later calls go as
-        asked, so nothing may be queued behind them)."""
-        last = self.ahead[-1].test if self.ahead else self.test
-        if self.ahead and self.plan.calls.get(last) != 1:
-            return
-        while len(self.ahead) < MAX_AHEAD:
-            nxt = self.plan.following.get(last)
-            planned = self.plan.first.get(nxt) if nxt else None
-            if planned is None or planned.lab != lab or not self._send_ahead(nxt, planned):
-                return
-            if self.plan.calls.get(nxt) != 1:
-                return
-            last = nxt
+        if self.prefetch is not None:
+            self.prefetch.start_test(test)
 
     def request(self, lab: str, req: dict):
         """Send ``req`` to the lab's worker; the reply's value. Every call is recorded."""
@@ -195,7 +154,8 @@ class Session:
             worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
                                        forbidden=list(self.forbidden.get(lab, ())))
         except SandboxError as exc:
-            raise StudentError(kind="crash", message=f"the sandbox failed: {exc}", lab=lab)
+            raise StudentError(kind="crash", message=f"the sandbox failed: {exc}",
+                               lab=lab) from None
         self.workers[lab] = worker
         return worker
 
@@ -204,30 +164,18 @@ class Session:
         if remaining <= 0:
             raise self._timeout(lab)
         frame = wire.encode(req)
-        if self.recording is not None and self.test:
-            self.recording.first.setdefault(self.test, PlannedCall(lab, frame))
-            self.recording.calls[self.test] += 1        # set to 0 by start_test
-        ahead = self.ahead[0] if self.ahead else None
-        if ahead is not None and ahead.call.lab == lab:
-            if ahead.test == self.test and ahead.call.frame == frame:
-                self.ahead.pop(0)
-            else:
-                # Not the planned call (another request, or a call the plan did not count
-                # while later tests' calls are out): the worker is busy with calls nobody
-                # wants. It ends; this call goes to a fresh one.
-                ahead.worker.kill()
-                self.ahead.clear()
-                ahead = None
-        else:
-            ahead = None
-        worker = ahead.worker if ahead is not None else self._worker(lab)
+        if self.recorder is not None:
+            self.recorder.sent(lab, frame)
+        worker = self.prefetch.take(self.test, lab, frame) if self.prefetch is not None else None
+        sent = worker is not None
+        worker = worker or self._worker(lab)
         self.made += 1
         try:
-            if ahead is None:
+            if not sent:
                 worker.send_ahead(frame, count=1)
             reply = worker.receive(timeout_s=remaining)
-            if self.plan is not None and self.made == self.plan.calls.get(self.test):
-                self._chain(lab)
+            if self.prefetch is not None:
+                self.prefetch.answered(self.test, lab, self.made)
         except WorkerTimeout:
             raise self._timeout(lab) from None
         except WorkerDied as exc:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import ast
 import difflib
 import io
-import os
 import re
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+from grader.errors import StubError
+from grader.outputs.atomic import atomic_write_text
 
 __all__ = [
     "Region",
@@ -39,17 +39,6 @@ _LAB_FILE_RE = re.compile(r"lab(\d+)_")
 
 _MIN_LEAK_LEN = 12  # shorter solution lines are too generic to call a leak
 _DIFF_LINES = 20  # lines of unified diff shown for a stale stub
-
-
-class StubError(Exception):
-    """A solution file that cannot be turned into a stub.  ``str(e)`` is one or more
-    lines ``path:line: reason``; ``e.errors`` is the list of them."""
-
-    def __init__(self, errors: list[str] | str):
-        if isinstance(errors, str):
-            errors = [errors]
-        self.errors: list[str] = list(errors)
-        super().__init__("\n".join(self.errors))
 
 
 @dataclass(frozen=True)
@@ -356,21 +345,9 @@ def _solution_files(solutions_dir: Path) -> list[Path]:
 
 
 def _write_atomic(target: Path, text: str) -> None:
+    """Replace ``target`` atomically, keeping its permission bits (0644 for a new file)."""
     mode = (target.stat().st_mode & 0o777) if target.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write_text(target, text, file_mode=mode, newline="")
 
 
 def _expected_stubs(solutions_dir: Path) -> tuple[dict[str, str], list[str]]:

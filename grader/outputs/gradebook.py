@@ -9,19 +9,19 @@ Nothing here depends on timings, so two runs over the same submissions give the 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.results import LabResult, SubmissionResult, TestResult, atomic_write_text
+from grader.outputs.atomic import atomic_open, atomic_write_text
+from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric
 
 HISTOGRAM_BINS = 10
+# What build_gradebook writes into OUT (a student may not have one of these names).
+GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png")
 NOT_GRADED = "not graded (the batch stopped before this student; run it again)"
 
 
@@ -85,24 +85,6 @@ def number(x: float) -> str:
     """Points as the CSV shows them: 12 rather than 12.0, at most 4 decimals."""
     x = round(float(x), 4)
     return str(int(x)) if x == int(x) else repr(x)
-
-
-@contextlib.contextmanager
-def atomic_open(path: Path, mode: str = "w", **kwargs):
-    """A file handle on a temporary file next to ``path``, renamed over it on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **kwargs) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 class _Tally:
@@ -236,7 +218,7 @@ def plot_score_histogram(summary: dict, path: Path) -> Path:
     edges, counts = hist["bin_edges"], hist["counts"]
     fig = _figure(7, 4)
     ax = fig.add_subplot()
-    widths = [b - a for a, b in zip(edges, edges[1:])]
+    widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
     ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black", color="#4c72b0")
     ax.set_xlabel(f"total score (out of {number(summary['max_total'])})")
     ax.set_ylabel("students")

@@ -7,7 +7,7 @@ name) or ``SubmissionResult.to_dict()`` JSON files (``grader batch``; the studen
 
 - makes sure the student, the assignment (the lab, e.g. ``lab1_attention``), its notebook (same
   name) and one grade cell per rubric test exist; the grade cells are named like the test
-  cells of the generated notebooks (grader.notebook_source.grade_id_for), so a gradebook made
+  cells of the generated notebooks (grader.intake.notebook.grade_id_for), so a gradebook made
   by ``nbgrader generate_assignment`` from ``grader notebooks`` gets the scores in its own cells;
 - creates the submission if nbgrader has none, and sets every test's score (as the auto score,
   or with ``score="manual"`` as the manual score, which formgrader shows over nbgrader's own);
@@ -27,18 +27,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.notebook_source import grade_id_for
+from grader.intake.notebook import grade_id_for
 from grader.results import LabResult, SubmissionResult, TestResult
+from grader.errors import ExportError
 
 __all__ = ["ExportError", "ExportReport", "export_results", "load_result_files", "result_from_json"]
 
 COURSE_ID = "attention-labs"
 _GRADESCOPE_VISIBILITY = {"visible": "public", "after_published": "hidden", "after_due_date": "hidden",
                           "hidden": "hidden"}
-
-
-class ExportError(ValueError):
-    """Unusable input; the message names the file and why."""
 
 
 @dataclass

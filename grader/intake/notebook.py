@@ -36,6 +36,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from grader.errors import NotebookError
 
 __all__ = [
     "Cell",
@@ -61,10 +62,6 @@ _PY_BODY_CELL_MAGICS = {"time", "capture"}          # their body runs as ordinar
 _MAGIC_LINE_RE = re.compile(r"(\s*)(?:[%!]|[\w.,\s]+=\s*[%!])")
 _HELP_LINE_RE = re.compile(r"\s*(?:\?\??[\w.]+|[\w.]+\?\??)\s*$")
 _NOTE_LIST = 10                 # at most this many places are listed in one note
-
-
-class NotebookError(ValueError):
-    """The notebook cannot be read or yields no gradable code; ``str(e)`` says which and why."""
 
 
 @dataclass

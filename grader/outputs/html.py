@@ -23,7 +23,8 @@ import html
 import io
 from pathlib import Path
 
-from grader.results import SubmissionResult, TestResult, atomic_write_text
+from grader.outputs.atomic import atomic_write_text
+from grader.results import SubmissionResult, TestResult
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -58,7 +59,7 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _points(value: float) -> str:
+def points_text(value: float) -> str:
     return f"{value:g}"
 
 
@@ -193,7 +194,7 @@ def _test_row(t: TestResult) -> str:
     return (f'<tr class="test {state}" data-test="{_e(t.name)}" data-visibility="{_e(t.visibility)}">'
             f'<td class="name"><code>{_e(t.name)}</code>{badge}{desc}</td>'
             f'<td class="result">{"pass" if t.passed else "FAIL"}</td>'
-            f'<td class="points">{_points(t.score)} / {_points(t.max_score)}</td>'
+            f'<td class="points">{points_text(t.score)} / {points_text(t.max_score)}</td>'
             f'<td class="details">{"".join(details)}</td></tr>')
 
 
@@ -206,8 +207,8 @@ def render_feedback_html(result: SubmissionResult) -> str:
         f"<title>Feedback: {_e(result.submission)}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>Feedback for {_e(result.submission)}</h1>",
-        f'<p class="total">Total: <strong>{_points(result.score)} / '
-        f"{_points(result.max_score)}</strong></p>",
+        f'<p class="total">Total: <strong>{points_text(result.score)} / '
+        f"{points_text(result.max_score)}</strong></p>",
     ]
     if result.status != "ok":
         parts.append(f'<p class="lab-message">{_e(result.status)}</p>')
@@ -216,8 +217,8 @@ def render_feedback_html(result: SubmissionResult) -> str:
                      + "</ul>")
     for lab in result.labs:
         parts.append(f'<section class="lab" id="{_e(lab.name)}">')
-        parts.append(f"<h2>{_e(lab.name)} - {_e(lab.title)}: {_points(lab.score)} / "
-                     f"{_points(lab.max_score)}</h2>")
+        parts.append(f"<h2>{_e(lab.name)} - {_e(lab.title)}: {points_text(lab.score)} / "
+                     f"{points_text(lab.max_score)}</h2>")
         if lab.message:
             parts.append(f'<p class="lab-message"><code>{_e(lab.file)}</code>: {_e(lab.message)}</p>')
         parts.append('<table class="tests"><thead><tr><th>test</th><th>result</th>'
@@ -238,36 +239,3 @@ def write_feedback_html(result: SubmissionResult, path) -> Path:
     path = Path(path)
     atomic_write_text(path, render_feedback_html(result))
     return path
-
-
-# --------------------------------------------------------------------------------------------
-# command line
-# --------------------------------------------------------------------------------------------
-
-
-def cmd_feedback(args) -> int:
-    from grader import paths
-    from grader.grading import grade_submission
-    from grader.rubric import load_rubric
-
-    rubric = load_rubric(Path(args.rubric) if args.rubric else paths.RUBRIC)
-    visibility = ("public",) if args.public else ("public", "hidden")
-    result = grade_submission(Path(args.submission), rubric=rubric,
-                              labs=[args.lab] if args.lab else None, visibility=visibility)
-    out = write_feedback_html(result, Path(args.out) / "feedback.html")
-    failed = sum(1 for lab in result.labs for t in lab.tests if not t.passed)
-    diagnosed = sum(1 for lab in result.labs for t in lab.tests if not t.passed and t.diagnosis)
-    print(f"{_points(result.score)}/{_points(result.max_score)} points; {failed} failing test(s), "
-          f"{diagnosed} with a named mistake")
-    print(f"Wrote {out}")
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("feedback", help="grade a submission and write an HTML feedback report")
-    p.add_argument("submission", help="a folder of lab files (or one lab file)")
-    p.add_argument("--out", required=True, help="folder for feedback.html")
-    p.add_argument("--lab", help="only this lab")
-    p.add_argument("--public", action="store_true", help="only the public tests")
-    p.set_defaults(func=cmd_feedback)
-

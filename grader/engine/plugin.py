@@ -9,18 +9,20 @@ message fit for the test's visibility.
 
 from __future__ import annotations
 
+import builtins
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import torch
 
-from grader.compare import Mismatch
+from grader.engine.compare import Mismatch
 from grader.rubric import Rubric
-from grader.student import Session, StudentError, StudentLab
+from grader.engine.student import Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
+# Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
+_EXCEPTION_GROUPS = tuple(filter(None, [getattr(builtins, "BaseExceptionGroup", None)]))
 
 
 @dataclass
@@ -126,7 +128,7 @@ class GradingPlugin:
         """
         excinfo = call.excinfo
         if (excinfo is None or not isinstance(excinfo, pytest.ExceptionInfo)
-                or isinstance(excinfo.value, (pytest.skip.Exception, BaseExceptionGroup))):
+                or isinstance(excinfo.value, (pytest.skip.Exception, *_EXCEPTION_GROUPS))):
             return None
         try:
             text = f"{excinfo.typename}: {excinfo.value}"[:2000]

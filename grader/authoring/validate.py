@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths
-from grader.grading import grade_submission
-from grader.rubric import RubricError, check_rubric_against_suites, load_rubric
-from grader.sandbox import Zygote
-from grader.stubs import leaked_solution_lines, stub_drift
+from grader.authoring.stubs import leaked_solution_lines, stub_drift
+from grader.errors import RubricError
+from grader.grading import Grader
+from grader.rubric import check_rubric_against_suites, load_rubric
 
 
 @dataclass
@@ -42,14 +42,13 @@ def validate(*, rubric_path: Path = paths.RUBRIC, solutions_dir: Path = paths.SO
                  stub_drift(solutions_dir=solutions_dir, exercises_dir=exercises_dir))
     report.check("stubs hold no solution code",
                  leaked_solution_lines(solutions_dir=solutions_dir, exercises_dir=exercises_dir))
-    forbidden = tuple(sorted({f for lab in rubric.labs.values() for f in lab.forbidden}))
-    with Zygote(forbidden=forbidden) as zygote:
-        ref = grade_submission(solutions_dir, rubric=rubric, zygote=zygote)
+    with Grader(rubric) as grader:
+        ref = grader.grade(solutions_dir)
         report.check(f"solutions score full marks ({ref.score:g}/{ref.max_score:g})", [
             f"{lab.name}::{t.name}: {t.message}" for lab in ref.labs for t in lab.tests
             if not t.passed
         ] + [f"{lab.file}: {lab.message}" for lab in ref.labs if lab.status != "graded"])
-        stub = grade_submission(exercises_dir, rubric=rubric, zygote=zygote)
+        stub = grader.grade(exercises_dir)
         report.check(f"untouched stubs score 0 ({stub.score:g}/{stub.max_score:g})", [
             f"{lab.name}::{t.name}: " + ("passed" if t.passed else f"failed otherwise: {t.message}")
             for lab in stub.labs for t in lab.tests

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from grader import paths
-from grader.plugin import GradingPlugin, Outcome, lab_of
+from grader.engine.plugin import GradingPlugin, Outcome, lab_of
 from grader.rubric import Rubric
-from grader.student import Session
+from grader.engine.student import Session
+from grader.errors import RunnerError
 
 # Built-in pytest plugins that grading never uses but that cost time on every run or test:
 # the unraisable-exception hook ends each run with two full gc.collect() passes (0.1-0.3 s
@@ -48,10 +49,6 @@ def pytest_args(files: list[str]) -> list[str]:
     return [*files, "-c", str(paths.SUITES / "pytest.ini"), "--rootdir", str(paths.SUITES),
             "--import-mode=importlib", "--disable-plugin-autoload", "-p", "no:terminal",
             "-p", "no:cacheprovider", "-p", "no:warnings", *QUIET_PLUGINS]
-
-
-class RunnerError(RuntimeError):
-    """The pytest session of a SuiteRunner stopped (a grader error, not the student's)."""
 
 
 @dataclass
@@ -78,7 +75,6 @@ class SuiteRunner:
         self.visibility = tuple(visibility)
         self.files = [f for lab in self.labs for f in suite_files(lab, self.visibility)]
         self.plugin = GradingPlugin(rubric=rubric, session=None)
-        self.plans: dict = {}       # grader.call_plan.plan_for: labs -> CallPlan or None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._stopped = threading.Event()
         self._exit: object = None

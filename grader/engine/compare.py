@@ -30,7 +30,7 @@ def _axes_text(shape, axes) -> str:
 
 def _shape_hint(actual: tuple, expected: tuple, axes) -> str:
     if sorted(actual) == sorted(expected) and actual != expected:
-        swapped = [i for i, (a, e) in enumerate(zip(actual, expected)) if a != e]
+        swapped = [i for i, (a, e) in enumerate(zip(actual, expected, strict=False)) if a != e]
         if len(swapped) == 2:
             i, j = swapped
             names = (f"{axes[i]} and {axes[j]}" if axes and len(axes) == len(expected)
@@ -95,7 +95,7 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
     flat = int((err - allowed).argmax())
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), exp_shape))
     n_bad, n = int(bad.sum()), bad.numel()
-    at = f"index {idx}" + (f" ({', '.join(f'{a}={i}' for a, i in zip(axes, idx))})"
+    at = f"index {idx}" + (f" ({', '.join(f'{a}={i}' for a, i in zip(axes, idx, strict=False))})"
                            if axes and len(axes) == len(idx) else "")
     cause = f" Likely cause: {hint}" if hint else ""
     public = (

@@ -20,7 +20,6 @@ import os
 import re
 import shlex
 import shutil
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -28,17 +27,17 @@ from pathlib import Path
 
 from grader import paths
 from grader.autograder import TEMPLATES
+from grader.authoring.stubs import solution_regions, strip_solutions
+from grader.errors import BundleError
+from grader.outputs.atomic import atomic_open
+from grader.rubric import load_rubric
 
 DEFAULT_DEPENDENCIES = ["torch==2.13.0", "numpy", "pytest>=8", "pyyaml>=6", "rich>=13"]
 SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store"}
 SKIP_SUFFIXES = (".pyc", ".pyo", ".egg-info")
-MIN_SECRET_LINE = 12            # shorter lines are too generic to call a leak (as grader.stubs)
+MIN_SECRET_LINE = 12            # shorter lines are too generic to call a leak (as grader.authoring.stubs)
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same course gives the same zip
 EXECUTABLES = {"setup.sh", "run_autograder"}
-
-
-class BundleError(Exception):
-    """A bundle cannot be built (bad option, leaked secret, unwritable output)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -109,8 +108,6 @@ def public_rubric_text(rubric_path: Path) -> str:
     """rubric.yaml with the hidden tests removed (their names, points and settings)."""
     import yaml
 
-    from grader.rubric import load_rubric
-
     rubric = load_rubric(rubric_path)  # validates; raises RubricError naming file:line
     raw = yaml.safe_load(Path(rubric_path).read_text(encoding="utf-8"))
     for lab_name, lab in raw["labs"].items():
@@ -156,8 +153,6 @@ def course_secrets(*, rubric_path: Path = paths.RUBRIC, solutions_dir: Path = pa
     A line that students get anyway (the stubs' given code, the public suites and their
     shared helpers) is not a secret, nor is a hidden test name that is also a public one.
     """
-    from grader.rubric import load_rubric
-    from grader.stubs import solution_regions, strip_solutions
 
     rubric = load_rubric(rubric_path)
     public_names = {n for lab in rubric.labs.values() for n, t in lab.tests.items()
@@ -201,7 +196,7 @@ def find_leaks(folder: Path, secrets: Secrets) -> list[str]:
 
 
 def public_suites_needing_solutions(suites_dir: Path) -> list[str]:
-    """``file:line`` of public suites that import grader.reference (it loads solutions/,
+    """``file:line`` of public suites that import grader.engine.reference (it loads solutions/,
     which a release does not have: those tests would fail for every student)."""
     found = []
     for f in sorted((suites_dir / "public").glob("*.py")):
@@ -215,7 +210,7 @@ def public_suites_needing_solutions(suites_dir: Path) -> list[str]:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            if any(n == "grader.reference" or n.startswith("grader.reference.") for n in names):
+            if any(n == "grader.engine.reference" or n.startswith("grader.engine.reference.") for n in names):
                 found.append(f"{f.name}:{node.lineno}")
     return found
 
@@ -234,8 +229,6 @@ def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
                   course: Path = paths.COURSE, package: Path = paths.PACKAGE,
                   classroom_workflow: bool = False, title: str = "Attention labs") -> Path:
     """Write the student bundle to the new folder ``out`` (built aside, then renamed)."""
-    from grader.rubric import load_rubric
-
     out = Path(out).resolve()
     _fresh_output_dir(out)
     rubric = load_rubric(rubric_path)
@@ -245,7 +238,7 @@ def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
     needing = public_suites_needing_solutions(package / "suites")
     if needing:
         raise BundleError(
-            "public suites that students get import grader.reference, which loads solutions/ "
+            "public suites that students get import grader.engine.reference, which loads solutions/ "
             f"(not in a release): {', '.join(needing)}. Compute their expected values in the "
             "suite or in grader/suites/_inputs.py instead, or make those tests hidden.")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -328,22 +321,14 @@ class ZipPlan:
 
     def write(self, out: Path) -> None:
         """Write atomically: a temporary file in the same folder, then a rename."""
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
-                for name in sorted(self.entries):
-                    data, executable = self.entries[name]
-                    info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    info.external_attr = ((0o100755 if executable else 0o100644) << 16)
-                    zf.writestr(info, data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_open(out, "wb", file_mode=0o644) as fh, \
+                zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name in sorted(self.entries):
+                data, executable = self.entries[name]
+                info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = ((0o100755 if executable else 0o100644) << 16)
+                zf.writestr(info, data)
 
 
 def build_gradescope(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
@@ -352,8 +337,6 @@ def build_gradescope(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
                      worker_memory_mb: int = 256, torch_index_url: str | None = None,
                      wheels: Path | None = None) -> Path:
     """Write the Gradescope autograder zip (also the Classroom grader bundle) to ``out``."""
-    from grader.rubric import load_rubric
-
     out = Path(out).resolve()
     if out.suffix != ".zip":
         raise BundleError(f"{out}: the autograder must be a .zip file")
@@ -402,111 +385,3 @@ def build_gradescope(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
 # --------------------------------------------------------------------------------------
 # Commands
 # --------------------------------------------------------------------------------------
-
-
-def _rubric_path(args) -> Path:
-    return Path(args.rubric) if getattr(args, "rubric", None) else paths.RUBRIC
-
-
-def _labs_arg(values: list[str] | None) -> list[str]:
-    return [lab.strip() for v in values or [] for lab in v.split(",") if lab.strip()]
-
-
-def cmd_release(args) -> int:
-    try:
-        out = build_release(args.out, rubric_path=_rubric_path(args),
-                            classroom_workflow=args.classroom, title=args.title)
-    except BundleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    count = len(_files_under(out))
-    print(f"Wrote the student release to {out} ({count} files; no hidden tests, solutions "
-          "or hidden points).")
-    print(f"Students: cd {out.name} && pip install -e . && grader check")
-    return 0
-
-
-def cmd_gradescope(args) -> int:
-    from grader.rubric import load_rubric
-
-    labs = _labs_arg(args.labs)
-    try:
-        out = build_gradescope(args.out, rubric_path=_rubric_path(args), labs=labs,
-                               timeout_s=args.timeout_min * 60,
-                               worker_memory_mb=args.worker_memory_mb,
-                               torch_index_url=args.torch_index_url,
-                               wheels=Path(args.wheels) if args.wheels else None)
-    except BundleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    rubric = load_rubric(_rubric_path(args))
-    points = sum(t.points for name in (labs or rubric.labs)
-                 for t in rubric.labs[name].tests.values())
-    print(f"Wrote {out} ({out.stat().st_size / 2**20:.1f} MiB).")
-    print(f"On Gradescope: upload it as the autograder, set the assignment to {points:g} points "
-          f"and its timeout to {args.timeout_min:g} minutes (or more).")
-    return 0
-
-
-def cmd_classroom(args) -> int:
-    from rich.console import Console
-
-    from grader.grading import grade_submission
-    from grader.reports import classroom_encoded, classroom_payload
-    from grader.results import atomic_write_text, render_table
-    from grader.rubric import load_rubric
-
-    github_output = os.environ.get("GITHUB_OUTPUT") if args.github_output else None
-    if args.github_output and not github_output:
-        print("error: --github-output needs the GITHUB_OUTPUT variable (set by GitHub Actions)",
-              file=sys.stderr)
-        return 2
-    visibility = ("public",) if args.public_only else ("public", "hidden")
-    result = grade_submission(Path(args.submission), rubric=load_rubric(_rubric_path(args)),
-                              labs=[args.lab] if args.lab else None, visibility=visibility)
-    render_table(result, console=Console(stderr=True))
-    encoded = classroom_encoded(result)
-    if args.out:
-        atomic_write_text(Path(args.out), json.dumps(classroom_payload(result), indent=2) + "\n")
-    if github_output:
-        with open(github_output, "a", encoding="utf-8") as fh:
-            fh.write(f"result={encoded}\n")
-    if not args.quiet:
-        print(encoded)
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("release", help="instructors: build the student bundle "
-                                              "(exercises, public tests, no secrets)")
-    p.add_argument("--out", required=True, help="a new (or empty) folder for the bundle")
-    p.add_argument("--classroom", action="store_true",
-                   help="add the GitHub Classroom workflow (.github/workflows/classroom.yml)")
-    p.add_argument("--title", default="Attention labs", help="the README's title")
-    p.set_defaults(func=cmd_release)
-
-    p = subparsers.add_parser("gradescope", help="instructors: build the Gradescope "
-                                                 "autograder zip (also the Classroom bundle)")
-    p.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
-    p.add_argument("--lab", dest="labs", action="append", metavar="LAB",
-                   help="grade only this lab (repeat, or comma-separate); default: all")
-    p.add_argument("--timeout-min", type=float, default=10.0,
-                   help="the assignment's Gradescope timeout in minutes (default 10); "
-                        "partial results are written shortly before it")
-    p.add_argument("--worker-memory-mb", type=int, default=256,
-                   help="memory a sandbox worker may add to the torch zygote (default 256)")
-    p.add_argument("--torch-index-url", help="an extra package index for torch in setup.sh "
-                                             "(e.g. PyTorch's CPU-only wheels)")
-    p.add_argument("--wheels", help="a folder of .whl files to ship and install offline")
-    p.set_defaults(func=cmd_gradescope)
-
-    p = subparsers.add_parser("classroom", help="grade a submission and emit the GitHub "
-                                                "Classroom reporter payload (base64 JSON)")
-    p.add_argument("submission", help="a folder of lab files")
-    p.add_argument("--lab", help="only this lab")
-    p.add_argument("--public-only", action="store_true", help="run only the public tests")
-    p.add_argument("--out", help="also write the decoded payload (JSON) here")
-    p.add_argument("--github-output", action="store_true",
-                   help="append result=<payload> to $GITHUB_OUTPUT (for the reporter step)")
-    p.add_argument("--quiet", action="store_true", help="do not print the payload")
-    p.set_defaults(func=cmd_classroom)

@@ -1,0 +1,157 @@
+"""Grade a whole class: parallel, resumable batch grading (``grader batch ROOT --out DIR``).
+
+Each entry of ROOT is one student: a folder of lab files, or a ``.zip`` of one; the entry's
+name (without ``.zip``) is the student id; hidden entries are ignored.
+
+How it runs:
+
+- The main process lists the students and fingerprints each (the submission's bytes, the
+  rubric, the suites). A student whose ``DIR/<student>/fingerprint.json`` matches is up to
+  date and skipped; an entry that cannot be graded at all (a rejected zip, a stray file)
+  gets its zero result right away, without starting torch.
+- The rest go, one student at a time, to N grading processes. They come from a
+  'forkserver' that has imported torch and the engine (never a fork of a process that ran
+  torch ops), so torch is imported once per batch, and each keeps its own sandbox zygote
+  (``Zygote(slot=i)``, so concurrent workers get distinct uids). It grades with
+  ``grading.Grader``, the engine of ``grader grade``, and writes ``results.json`` and then
+  ``fingerprint.json``, both atomically, before it reports back a one-line status. Results
+  are never collected in memory.
+- A grading process that dies or overruns the student's time budget is killed and
+  replaced; that student's status says what happened, and nobody else is affected.
+- At the end the gradebook (grades.csv, summary.json, plots) is rebuilt from every
+  student's results.json (``grader.outputs.gradebook``), so a batch killed at any moment and run
+  again ends with the same gradebook as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grader import paths
+from grader.batch.fingerprints import course_digests, is_up_to_date, submission_digest
+from grader.batch.pool import INTERNAL_ERROR, Pool, student_budget_s, write_student
+from grader.batch.progress import Progress
+from grader.batch.students import Entry, list_students
+from grader.errors import UsageError, ZipRejected
+from grader.intake.zips import check_zip
+from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
+from grader.rubric import Rubric, load_rubric
+
+__all__ = ["BatchSummary", "grade_batch"]
+
+
+@dataclass
+class BatchSummary:
+    root: str
+    out: str
+    students: int                # rows in grades.csv
+    graded: int                  # graded in this run
+    up_to_date: int              # skipped: unchanged since their last grading
+    not_ok: int                  # rows whose status is not "ok"
+    internal_errors: int         # of those, the grader's fault (tried again on the next run)
+    jobs: int
+    seconds: float               # wall-clock, this run
+    cpu_seconds: float           # grading processes, zygotes and workers, this run
+    max_rss_mb: float            # the largest resident size of a grading process
+    max_total: float
+    mean: float | None
+    median: float | None
+    min: float | None
+    max: float | None
+    files: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _as_rubric(rubric) -> Rubric:
+    if rubric is None:
+        return load_rubric(paths.RUBRIC)
+    if isinstance(rubric, Rubric):
+        return rubric
+    return load_rubric(Path(rubric))
+
+
+def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
+                rubric: Rubric | str | Path | None = None,
+                progress: bool = True) -> BatchSummary:
+    """Grade every student in ``root`` into ``out`` (see the module docstring)."""
+    started = time.monotonic()
+    root, out = Path(root).resolve(), Path(out).resolve()
+    if not root.is_dir():
+        raise UsageError(f"{root}: not a folder of submissions (one entry per student)")
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    rubric = _as_rubric(rubric)
+    out.mkdir(parents=True, exist_ok=True)
+    entries = list_students(root, out=out)
+    course = course_digests(rubric)
+
+    tasks: deque = deque()
+    instant: list[tuple[Entry, dict]] = []
+    up_to_date = 0
+    for entry in entries:
+        fingerprint = {"submission": submission_digest(entry), **course}
+        if is_up_to_date(out / entry.student, fingerprint):
+            up_to_date += 1
+            continue
+        if entry.kind == "zip" and not entry.problem:
+            try:
+                check_zip(entry.path)
+            except ZipRejected as exc:
+                entry = Entry(entry.student, entry.path, entry.kind, f"rejected zip: {exc}")
+        if entry.problem:
+            instant.append((entry, fingerprint))
+        else:
+            tasks.append({"student": entry.student, "path": str(entry.path),
+                          "kind": entry.kind, "fingerprint": fingerprint})
+
+    jobs = min(jobs, len(tasks))          # 0 when nothing needs a grading process
+    if progress:
+        print(f"{len(entries)} students in {root}: {up_to_date} up to date, "
+              f"{len(tasks) + len(instant)} to grade"
+              + (f" with {jobs} process(es)" if jobs else ""), flush=True)
+    report = Progress(total=len(tasks) + len(instant), enabled=progress)
+    internal_errors, cpu, rss = 0, 0.0, 0.0
+
+    def done(reply: dict) -> None:
+        nonlocal internal_errors, cpu, rss
+        internal_errors += str(reply["status"]).startswith(INTERNAL_ERROR)
+        cpu += reply.get("cpu_s", 0.0)
+        rss = max(rss, reply.get("rss_mb", 0.0))
+        report.advance(reply)
+
+    try:
+        for entry, fingerprint in instant:
+            write_student(out, entry.student,
+                          failed_result(entry.student, rubric, entry.problem), fingerprint)
+            done({"student": entry.student, "status": entry.problem})
+        if tasks:
+            pool = Pool(jobs=jobs, rubric=rubric, out=out, budget_s=student_budget_s(rubric),
+                         on_done=done)
+            try:
+                pool.run(tasks)
+            finally:
+                pool.close()
+    finally:
+        report.close()
+
+    for stale in out.glob(".*.*"):                # temp files of a gradebook write that was killed
+        if any(stale.name.startswith(f".{name}.") for name in GRADEBOOK_FILES):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    book = build_gradebook(out=out, students=[e.student for e in entries], rubric=rubric)
+    score = book.summary["score"]
+    return BatchSummary(
+        root=str(root), out=str(out), students=book.rows, graded=report.done,
+        up_to_date=up_to_date, not_ok=book.not_ok, internal_errors=internal_errors,
+        jobs=jobs, seconds=round(time.monotonic() - started, 3),
+        cpu_seconds=round(cpu, 3), max_rss_mb=round(rss, 1),
+        max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],
+        min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})

@@ -1,0 +1,56 @@
+"""``grader batch ROOT --out DIR``: grade a whole class (see grader.batch)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from grader.batch import grade_batch
+from grader.batch.progress import duration
+from grader.errors import EXIT_FAILED, EXIT_OK
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def cmd_batch(args) -> int:
+    summary = grade_batch(args.root, out=args.out, jobs=args.jobs,
+                          rubric=args.batch_rubric or args.rubric, progress=not args.quiet)
+    if not args.quiet:
+        print(f"{summary.students} students ({summary.graded} graded now, "
+              f"{summary.up_to_date} up to date) in {duration(summary.seconds)}"
+              + (f"; {summary.not_ok} could not be graded" if summary.not_ok else ""))
+        if summary.mean is not None:
+            print(f"total: mean {summary.mean:g}, median {summary.median:g}, "
+                  f"min {summary.min:g}, max {summary.max:g} (out of {summary.max_total:g})")
+        print(f"Wrote {summary.files['grades_csv']}, {Path(summary.files['summary_json']).name}"
+              " and the plots")
+    if summary.internal_errors:
+        print(f"{summary.internal_errors} student(s) hit a grader error; run the batch again "
+              "to retry them", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "batch", help="grade a whole class in parallel (resumable): grades.csv, summary, plots")
+    p.add_argument("root", help="folder with one entry per student: a folder of lab files "
+                                "or a .zip of one (the name is the student id)")
+    p.add_argument("--out", required=True, help="output folder (rerun with the same folder "
+                                                "to resume; unchanged students are skipped)")
+    p.add_argument("--jobs", type=_positive_int, default=None,
+                   help=f"grading processes (default: the number of CPUs, {os.cpu_count()})")
+    p.add_argument("--rubric", dest="batch_rubric",
+                   help="rubric file (default: the course's rubric.yaml)")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary lines")
+    p.set_defaults(func=cmd_batch)

@@ -1,0 +1,31 @@
+"""``grader feedback SUBMISSION --out DIR``: grade and write an HTML feedback report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.cli.common import load_rubric_arg
+from grader.grading import grade_submission
+from grader.outputs.html import points_text, write_feedback_html
+
+
+def cmd_feedback(args) -> int:
+    visibility = ("public",) if args.public else ("public", "hidden")
+    result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
+                              labs=[args.lab] if args.lab else None, visibility=visibility)
+    out = write_feedback_html(result, Path(args.out) / "feedback.html")
+    failed = sum(1 for lab in result.labs for t in lab.tests if not t.passed)
+    diagnosed = sum(1 for lab in result.labs for t in lab.tests if not t.passed and t.diagnosis)
+    print(f"{points_text(result.score)}/{points_text(result.max_score)} points; {failed} failing test(s), "
+          f"{diagnosed} with a named mistake")
+    print(f"Wrote {out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("feedback", help="grade a submission and write an HTML feedback report")
+    p.add_argument("submission", help="a folder of lab files (or one lab file)")
+    p.add_argument("--out", required=True, help="folder for feedback.html")
+    p.add_argument("--lab", help="only this lab")
+    p.add_argument("--public", action="store_true", help="only the public tests")
+    p.set_defaults(func=cmd_feedback)

@@ -1,0 +1,65 @@
+"""``grader notebooks`` (build the nbgrader course) and ``grader nbgrader-export``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader import paths
+from grader.authoring.course_notebooks import course_drift, write_course
+from grader.authoring.nbgrader_bridge import export_results, load_result_files
+from grader.cli.common import load_rubric_arg
+
+
+def cmd_notebooks(args) -> int:
+    out = Path(args.out) if args.out else paths.COURSE / "notebooks"
+    kwargs = {"labs": [args.lab] if args.lab else None,
+              "include_dependencies": args.include_dependencies}
+    if args.rubric:
+        kwargs["rubric"] = load_rubric_arg(args)
+    if args.check:
+        problems = course_drift(out, **kwargs)
+        for p in problems:
+            print(p)
+        print("notebooks are in sync" if not problems else f"{len(problems)} notebook problem(s)")
+        return 1 if problems else 0
+    for path in write_course(out, **kwargs):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_nbgrader_export(args) -> int:
+    results = load_result_files([Path(p) for p in args.results], student=args.student)
+    report = export_results(args.db, results, score=args.score,
+                            include_missing=args.include_missing)
+    for line in report.lines:
+        print(line)
+    return 0 if report.ok else 1
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "notebooks", help="instructors: build the nbgrader course (source/<lab>/<lab>.ipynb)")
+    p.add_argument("--out", help="the nbgrader course folder (default: notebooks/ in the course)")
+    p.add_argument("--lab", help="only this lab")
+    p.add_argument("--check", action="store_true",
+                   help="only report notebooks that differ from what would be written")
+    p.add_argument("--include-dependencies", action="store_true",
+                   help="ship the reference code of the labs a lab imports (lab2 imports "
+                        "lab1_attention) with its assignment; by default students bring their own")
+    p.set_defaults(func=cmd_notebooks)
+
+    p = subparsers.add_parser(
+        "nbgrader-export",
+        help="instructors: put grader results (results.json files, batch output) into an nbgrader gradebook")
+    p.add_argument("results", nargs="+",
+                   help="result files or folders searched for them (grader grade --out, grader batch)")
+    p.add_argument("--db", required=True, help="the gradebook, e.g. sqlite:///course/gradebook.db")
+    p.add_argument("--score", choices=["auto", "manual"], default="auto",
+                   help="write the scores as nbgrader auto scores (default) or as manual scores, "
+                        "which override what nbgrader autograde computes")
+    p.add_argument("--student", help="the student id, when exporting one result file")
+    p.add_argument("--include-missing", action="store_true",
+                   help="also record 0 points for labs the submission did not contain")
+    p.set_defaults(func=cmd_nbgrader_export)
+
+

@@ -1,0 +1,25 @@
+"""``grader stubs [--check]``: regenerate exercises/ from solutions/ (or report drift)."""
+
+from __future__ import annotations
+
+from grader import paths
+from grader.authoring.stubs import stub_drift, write_stubs
+from grader.errors import EXIT_FAILED, EXIT_OK
+
+
+def cmd_stubs(args) -> int:
+    if args.check:
+        problems = stub_drift(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES)
+        for p in problems:
+            print(p)
+        print("stubs are in sync" if not problems else f"{len(problems)} stub problem(s)")
+        return EXIT_FAILED if problems else EXIT_OK
+    for path in write_stubs(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES):
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("stubs", help="regenerate exercises/ from solutions/")
+    p.add_argument("--check", action="store_true", help="only report drift, write nothing")
+    p.set_defaults(func=cmd_stubs)
