@@ -87,6 +87,11 @@ class SandboxError(GraderFault, RuntimeError):
     """The sandbox (zygote or worker start-up) failed for a reason of its own."""
 
 
+class GradingIncomplete(GraderFault):
+    """A graded lab's test produced no outcome (a suite failed to load, a test did not
+    run): nothing is scored, the submission is graded again."""
+
+
 class RunnerError(GraderFault, RuntimeError):
     """The pytest session of a SuiteRunner stopped."""
 

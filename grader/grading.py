@@ -31,11 +31,12 @@ from grader.engine.call_plan import CallPlan
 from grader.engine.plugin import Outcome
 from grader.engine.student import Session
 from grader.engine.suite_runner import SuiteRunner
-from grader.errors import SandboxError, SubmissionError, ZipRejected
+from grader.errors import (GradingIncomplete, RubricError, SandboxError, SubmissionError,
+                           ZipRejected)
 from grader.intake import Sanitized, sanitize
 from grader.intake.zips import unpack_zip
 from grader.results import LabResult, SubmissionResult, TestResult
-from grader.rubric import Rubric, load_rubric
+from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.sandbox import Limits, Zygote, make_scratch
 
 VISIBILITIES = ("public", "hidden")
@@ -57,6 +58,11 @@ class Grader:
                  slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
                  zygote: Zygote | None = None):
         self.rubric = rubric or load_rubric(paths.RUBRIC)
+        # Before anyone is graded: a rubric test with no suite test (a typo), or a suite
+        # test with no rubric entry, would silently cost every student its points.
+        problems = check_rubric_against_suites(self.rubric, paths.SUITES)
+        if problems:
+            raise RubricError(problems)
         self.visibility = tuple(visibility)
         self.send_ahead = send_ahead
         self._owns_zygote = zygote is None
@@ -245,6 +251,11 @@ class Grader:
                                "submission's doing); grade it again")
         result = score(name, self.rubric, labs, visibility, outcomes, problems,
                        collection_errors)
+        if result.status.startswith("grader error"):
+            # A graded lab's test has no outcome: the grader's fault, never scored.
+            why = "; ".join(collection_errors)[:500] or "no outcome"
+            raise GradingIncomplete(f"{result.status} ({why}); nothing was scored, grade it "
+                                    "again")
         result.notes.extend(clean.notes)
         return result
 

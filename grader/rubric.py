@@ -629,7 +629,11 @@ def check_rubric_against_suites(rubric: Rubric, suites_dir: str | Path) -> list[
             t = found.get(name)
             if t is None:
                 expected = suites_dir / entry.visibility / f"test_{lab_name}.py"
-                problems.append(f"{rubric.path}:{entry.line}: {keypath}: no test function {name!r} in {expected}")
+                near = difflib.get_close_matches(name, list(found), n=1, cutoff=0.6)
+                hint = (f"; did you mean {near[0]!r} ({found[near[0]].file}:"
+                        f"{found[near[0]].line})?" if near else "")
+                problems.append(f"{rubric.path}:{entry.line}: {keypath}: no test function "
+                                f"{name!r} in {expected}{hint}")
             elif t.visibility != entry.visibility:
                 problems.append(
                     f"{rubric.path}:{entry.line}: {keypath}: visibility is {entry.visibility!r} "

@@ -111,11 +111,13 @@ def test_grades_csv_rows(graded, rubric, zygote, tmp_path):
     # A syntax error in lab1 costs lab1 (and lab2, which imports it), nothing else.
     assert by["carol"]["lab1_attention"] == "0" and by["carol"]["lab2_multihead"] == "0"
     assert all(by["carol"][lab] == full[lab] for lab in labs[2:])
-    assert by["carol"]["status"] == "ok"
+    # The status column says what happened (not "ok": a lab did not import).
+    assert by["carol"]["status"] == "lab1_attention: import_error; lab2_multihead: import_error"
     # A missing lab is graded as zero for that lab only.
     missing = last_lab(rubric)
     assert by["dave"][missing] == "0"
     assert all(by["dave"][lab] == full[lab] for lab in labs if lab != missing)
+    assert by["dave"]["status"] == f"{missing}: missing"
     # Hostile zips are refused, with the reason as the status.
     assert by["erin"]["status"] == ZIP_DOTDOT
     assert by["frank"]["status"] == ZIP_SYMLINK
@@ -133,7 +135,14 @@ def test_results_json_per_student(graded, rubric):
         data = json.loads((out / student / "results.json").read_text())
         assert len(data["tests"]) == n_tests
         assert data["score"] == pytest.approx(float(rows[student]["total"]))
-        assert data["extra_data"]["status"] == rows[student]["status"]
+        graded = [lab for lab, v in data["extra_data"].get("labs", {}).items()
+                  if v["status"] == "graded"]
+        if data["extra_data"]["status"] != "ok" or len(graded) == len(rubric.labs):
+            assert data["extra_data"]["status"] == rows[student]["status"]
+        else:
+            assert rows[student]["status"] == "; ".join(
+                f"{lab}: {v['status']}" for lab, v in data["extra_data"]["labs"].items()
+                if v["status"] != "graded")
         fingerprint = json.loads((out / student / "fingerprint.json").read_text())
         assert set(fingerprint) == {"submission", "rubric", "suites"}
     assert "../evil.py" in json.loads((out / "erin" / "results.json").read_text())["output"]
@@ -267,9 +276,11 @@ def test_hostile_students_do_not_affect_others(tmp_path, rubric, monkeypatch):
     assert float(by["a_good"]["total"]) == rubric.max_points and by["a_good"]["status"] == "ok"
     # A hanging import and an os._exit at import cost their own labs and nothing else.
     assert [by["b_hang_import"][lab] for lab in labs[:2]] == ["0", "0"]
-    assert by["b_hang_import"]["status"] == "ok"
+    assert by["b_hang_import"]["status"] == \
+        "lab1_attention: import_error; lab2_multihead: import_error"
     assert float(by["c_exit_import"]["lab1_attention"]) == rubric.labs["lab1_attention"].max_points
-    assert by["c_exit_import"]["lab2_multihead"] == "0" and by["c_exit_import"]["status"] == "ok"
+    assert by["c_exit_import"]["lab2_multihead"] == "0"
+    assert by["c_exit_import"]["status"] == "lab2_multihead: import_error"
     for student in ("b_hang_import", "c_exit_import"):
         assert all(float(by[student][lab]) == rubric.labs[lab].max_points for lab in labs[2:])
     # The student who ran past the budget: stopped, reported, and retried on the next run.

@@ -93,3 +93,25 @@ def test_every_grader_error_is_one_line_per_problem_and_its_exit_code(error, mon
     assert code == (EXIT_GRADER_FAULT if issubclass(error, GraderFault) else EXIT_BAD_INPUT)
     assert out.err == "error: first problem at rubric.yaml:3\nerror: second problem\n"
     assert out.out == ""
+
+
+@pytest.mark.parametrize("command", [["check", str(paths.SOLUTIONS)],
+                                     ["grade", str(paths.SOLUTIONS), "--out", "OUT"],
+                                     ["batch", "CLASS", "--out", "OUT"]],
+                         ids=["check", "grade", "batch"])
+def test_a_rubric_that_disagrees_with_the_suites_grades_nobody(command, tmp_path):
+    """A typo in a test's name would fail that test for every student: every command
+    refuses the rubric first, naming the file, the line and the nearest test name."""
+    text = (paths.RUBRIC).read_text()
+    typo = tmp_path / "rubric.yaml"
+    typo.write_text(text.replace("test_matches_pytorch_3d:", "test_matches_pytorch_3dd:", 1))
+    line = text[: text.index("test_matches_pytorch_3d:")].count("\n") + 1
+    (tmp_path / "CLASS" / "ada").mkdir(parents=True)
+    argv = [str(tmp_path / a) if a in ("OUT", "CLASS") else a for a in command]
+    proc = run("--rubric", str(typo), *argv)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{typo}:{line}: labs.lab1_attention.tests.test_matches_pytorch_3dd: no test " \
+        "function 'test_matches_pytorch_3dd'" in proc.stderr, proc.stderr
+    assert "did you mean 'test_matches_pytorch_3d'" in proc.stderr
+    assert not (tmp_path / "OUT").exists() or not any((tmp_path / "OUT").rglob("results.json"))

@@ -605,3 +605,37 @@ def test_processes_a_test_leaves_behind_end_with_that_test(zyg, scratch):
         assert session.workers[LAB] is not clean
     finally:
         session.close()
+
+
+def test_a_labs_worker_and_its_threads_end_when_the_next_lab_starts(zyg):
+    """A thread that lab 1 started must not spin on through labs 2-4."""
+    from grader.engine.student import Session, StudentLab
+
+    spinner = b"import threading\n\ndef spin():\n    def loop():\n        while True:\n" \
+              b"            pass\n    threading.Thread(target=loop, daemon=True).start()\n" \
+              b"    return 1\n"
+    scratch = make_scratch({"lab1_spin.py": spinner, "lab2_next.py": b"def one():\n    return 1\n"})
+    session = Session(zygote=zyg, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(10, test="t1", lab="lab1_spin")
+        assert StudentLab(session, "lab1_spin").call("spin") == 1
+        first = session.workers["lab1_spin"]
+        assert first.alive and os.path.exists(f"/proc/{first.pid}")
+        session.start_test(10, test="t2", lab="lab2_next")
+        assert not first.alive and "lab1_spin" not in session.workers
+        assert StudentLab(session, "lab2_next").call("one") == 1
+        deadline = time.monotonic() + 5
+        while _running(first.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(first.pid)
+    finally:
+        session.close()
+        scratch.cleanup()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

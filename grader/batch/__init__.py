@@ -37,10 +37,10 @@ from grader.batch.fingerprints import course_digests, is_up_to_date, submission_
 from grader.batch.pool import INTERNAL_ERROR, Pool, student_budget_s, write_student
 from grader.batch.progress import Progress
 from grader.batch.students import Entry, list_students
-from grader.errors import UsageError, ZipRejected
+from grader.errors import RubricError, UsageError, ZipRejected
 from grader.intake.zips import check_zip
 from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
-from grader.rubric import Rubric, load_rubric
+from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 
 __all__ = ["BatchSummary", "grade_batch"]
 
@@ -89,6 +89,9 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     rubric = _as_rubric(rubric)
+    problems = check_rubric_against_suites(rubric, paths.SUITES)
+    if problems:                    # before anyone is graded (each process would refuse)
+        raise RubricError(problems)
     out.mkdir(parents=True, exist_ok=True)
     entries = list_students(root, out=out)
     course = course_digests(rubric)

@@ -170,9 +170,14 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
                 break
             if task is None:
                 break
-            reply = grade_task(task, rubric=rubric, out=out, grader=grader)
-            if reply.pop("restart"):
-                grader.close()
+            # A fault of the grader's own: a fresh Grader, and the student once more. If it
+            # fails again the student stays marked "grading failed" (no fingerprint: the
+            # next run grades them again); never a score.
+            for _attempt in range(2):
+                reply = grade_task(task, rubric=rubric, out=out, grader=grader)
+                if not reply.pop("restart"):
+                    break
+                grader.close(wait=False)
                 grader = _start_grader(rubric, slot)
             conn.send(("done", reply))
     finally:

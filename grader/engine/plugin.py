@@ -106,7 +106,8 @@ class GradingPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
-        self.session.start_test(self._rubric_test(item).time_limit_s, test=item.nodeid)
+        self.session.start_test(self._rubric_test(item).time_limit_s, test=item.nodeid,
+                                lab=lab_of(item))
         self.session.last_stdout = ""
         # Our fixtures' values go straight into the test's arguments: pytest then skips its
         # fixture machinery for them (a request object and a signature inspection per

@@ -102,6 +102,7 @@ class Session:
     # failed test; reset by start_test.
     calls: list[RecordedCall] = field(default_factory=list)
     test: str = ""                                  # node id of the current test
+    lab: str = ""                                   # the lab of the current test
     made: int = 0                                   # calls the current test has made
 
     def __post_init__(self):
@@ -113,7 +114,16 @@ class Session:
         """Planned calls out to a worker, in the order it answers them."""
         return self.prefetch.ahead if self.prefetch is not None else []
 
-    def start_test(self, time_limit_s: float, test: str = "") -> None:
+    def start_test(self, time_limit_s: float, test: str = "", lab: str = "") -> None:
+        """A test of ``lab`` (or a lab's import probe: no test) starts now."""
+        if lab and self.lab and lab != self.lab:
+            # The previous lab is done: its worker, and any thread or process it started,
+            # ends now rather than running on beside the next labs' tests.
+            done = self.workers.pop(self.lab, None)
+            if done is not None:
+                done.kill()
+        if lab:
+            self.lab = lab
         if self.recorder is not None and test:
             self.recorder.start_test(test)
         if self.prefetch is not None:

@@ -72,6 +72,17 @@ def row_from_results(student: str, data: dict, lab_names: list[str]) -> Row:
                max_total=max_total, status=str(extra.get("status", "ok")))
 
 
+def status_text(row: Row, data: dict | None, lab_names: list[str]) -> str:
+    """What grades.csv's status column says: "ok" only when every lab was graded; else
+    why not (the submission's status, or each lab that could not be graded and why)."""
+    if row.status != "ok" or data is None:
+        return row.status
+    labs = (data.get("extra_data") or {}).get("labs") or {}
+    problems = [f"{lab}: {(labs.get(lab) or {}).get('status', 'missing')}" for lab in lab_names
+                if (labs.get(lab) or {}).get("status", "missing") != "graded"]
+    return "; ".join(problems) or "ok"
+
+
 def read_results(path: Path) -> dict | None:
     """A results.json as a dict, or None when it is missing or unreadable."""
     try:
@@ -184,7 +195,8 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
             not_ok += row.status != "ok"
             tally.add(row, data)
             writer.writerow([row.student, *(number(row.labs[lab]) for lab in lab_names),
-                             number(row.total), number(row.max_total), row.status])
+                             number(row.total), number(row.max_total),
+                             status_text(row, data, lab_names)])
     summary = tally.summary()
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     files = {"grades_csv": out / "grades.csv", "summary_json": out / "summary.json"}
