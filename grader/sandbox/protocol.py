@@ -109,3 +109,125 @@ def state_dict_request(spec: dict) -> dict:
 def buffer_request(spec: dict, name: str) -> dict:
     """The buffer ``name`` of the module ``spec`` (a ``module_spec``) describes."""
     return {**spec, "op": "buffer", "name": name, "args": [], "kwargs": {}, "seed": 0}
+
+
+# --------------------------------------------------------------------------- answers
+
+class GradientError(RuntimeError):
+    """The output is not connected to the inputs' autograd graph."""
+
+
+def _seed(value) -> None:
+    """Seed the CPU generator only: ~100x cheaper than torch.manual_seed, which also queues
+    a CUDA seeding whose bookkeeping formats a stack trace on every call (~3 ms)."""
+    torch.default_generator.manual_seed(int(value))
+
+
+def answer(resolve, req: dict, owner: str):
+    """The reply value to ``req`` (op call, grad, state_dict or buffer; see above).
+
+    ``resolve(name)`` gives the lab's function or class ``name``, or None; ``owner`` names
+    the lab in the error for a missing one (e.g. "lab1_attention.py"). Exceptions are the
+    answer's: the worker reports them to the grader as the student's.
+    """
+    op = req["op"]
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    target = resolve(req["target"])
+    if target is None:
+        raise AttributeError(f"{owner} has no {req['target']}")
+    if req.get("ctor") is not None:
+        module = fn = _build_module(target, req)
+    elif op in ("state_dict", "buffer"):
+        raise ValueError(f"op {op!r} needs a class to build (ctor)")
+    else:
+        module, fn = None, target
+    # Seeded after building too: the call draws the same numbers whatever __init__ drew.
+    _seed(req.get("seed", 0))
+    if op == "state_dict":
+        return plain(module.state_dict())
+    if op == "buffer":
+        buffers = dict(module.named_buffers())
+        if req["name"] not in buffers:
+            raise AttributeError(f"{req['target']} has no buffer named {req['name']!r}")
+        return plain(buffers[req["name"]])
+    args, kwargs = list(req["args"]), dict(req["kwargs"])
+    if op == "call":
+        return plain(fn(*args, **kwargs))
+    return _grad(fn, module, args, kwargs, req["grad_outputs"])
+
+
+def _build_module(cls, req: dict) -> torch.nn.Module:
+    """``req``'s module: built seeded, cast to its dtype, its state dict loaded, mode set."""
+    _seed(req.get("seed", 0))
+    module = cls(*req["ctor"]["args"], **req["ctor"]["kwargs"])
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{req['target']}(...) did not build an nn.Module")
+    if req.get("dtype") in ("float32", "float64"):
+        module.to(getattr(torch, req["dtype"]))  # before loading: keep the weights' dtype
+    if req.get("state_dict") is not None:
+        module.load_state_dict(req["state_dict"], strict=True)
+    module.train(bool(req.get("train", False)))
+    return module
+
+
+def _grad(fn, module, args: list, kwargs: dict, grad_outputs: list) -> dict:
+    """Forward, then backward of sum_i (out_i * grad_outputs[i]).sum(): the grad reply."""
+    leaves = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            args[i] = a.clone().requires_grad_(True)     # a leaf of our own
+            leaves.append(args[i])
+        else:
+            leaves.append(None)
+    output = fn(*args, **kwargs)
+    pairs = [(o, g) for o, g in zip(flat_tensors(output), grad_outputs) if g is not None]
+    if not pairs:
+        raise GradientError("there is no output to differentiate")
+    loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        raise GradientError(
+            "the output does not depend on the inputs through autograd "
+            "(was something detached, or computed with numpy / .item()?)"
+        )
+    loss.backward()
+    params = {}
+    if module is not None:
+        params = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+    return {
+        "output": plain(output),
+        "input_grads": plain(tuple(None if t is None else t.grad for t in leaves)),
+        "param_grads": plain(params),
+    }
+
+
+def plain(value, depth: int = 0):
+    """``value`` as plain values the wire carries: tensors as detached plain copies (a
+    subclass as its data), tuples, lists, str-keyed dicts, numbers, str, None. Raises
+    TypeError on anything else, or nesting deeper than 8."""
+    if depth > 8:
+        raise TypeError("return value nested too deeply")
+    if isinstance(value, torch.Tensor):
+        # A tensor subclass crosses as its plain data; the trusted side rebuilds a plain
+        # torch.Tensor from bytes in any case.
+        with torch._C.DisableTorchFunction():
+            data = torch.Tensor.as_subclass(value, torch.Tensor)
+            return torch.Tensor.detach(data).clone()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(plain(v, depth + 1) for v in value)
+    if isinstance(value, list):
+        return [plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+    raise TypeError(f"returned a {type(value).__name__}, which is not a tensor, tuple or number")
+
+
+def flat_tensors(value) -> list:
+    """The tensors of ``value``, tuples and lists flattened depth first (grad_outputs' order)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in flat_tensors(v)]
+    return []
