@@ -14,8 +14,8 @@ Building blocks (used by the per-lab modules ``grader.mistakes.lab*``):
 
 - ``Impl``: a way to answer a request: the reference module, with some of its functions or
   classes replaced by wrong ones.
-- ``replay(impl, req)``: answer a recorded request the way the worker would (same seeding,
-  constructor, dtype, state dict, train flag; ``call``, ``grad``, ``state_dict``, ``buffer``).
+- ``replay(impl, req)``: answer a recorded request the way the worker would: with the same
+  code, ``grader.sandbox.protocol.answer`` (ops ``call``, ``grad``, ``state_dict``, ``buffer``).
 - ``Replay``: a mistake given as one or more ``Impl`` variants; it matches when one variant
   reproduces the student's reply on every recorded call and differs from the reference on at
   least one (calls whose result is random, e.g. training dropout, count as no evidence).
@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 
 from grader.engine.memo import ValueCache, copy_value, value_key
+from grader.sandbox import protocol
 
 __all__ = ["Context", "DropoutSite", "DropoutStats", "Impl", "Mistake", "Replay", "Rule",
            "catalogue", "close", "replay", "LABS"]
@@ -73,39 +74,6 @@ class Impl:
         return (self.lab, tuple(sorted((k, id(v)) for k, v in self.overrides.items())))
 
 
-def _clone(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_clone(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    return value
-
-
-def _plain(value):
-    """What the worker would send back: tensors detached, containers kept."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _flat_tensors(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _flat_tensors(v)]
-    return []
-
-
 @dataclass
 class Result:
     """A replayed answer: a value, or the exception the implementation raised."""
@@ -117,34 +85,18 @@ class Result:
         return self.error is None
 
 
-def _seed(seed) -> None:
-    """The CPU generator only, as the worker seeds it: torch.manual_seed also queues a CUDA
-    seeding whose bookkeeping formats a stack trace on every call (~3 ms here)."""
-    torch.default_generator.manual_seed(int(seed))
-
-
-def build_module(impl: Impl, req: dict):
-    """The module a request describes, built as the worker builds it (seeded, typed, loaded)."""
-    cls = impl.resolve(req["target"])
-    if cls is None:
-        raise AttributeError(f"{impl.lab} has no {req['target']}")
-    _seed(req.get("seed", 0))
-    obj = cls(*_clone(req["ctor"]["args"]), **_clone(req["ctor"]["kwargs"]))
-    if req.get("dtype") in ("float32", "float64"):
-        obj.to(getattr(torch, req["dtype"]))
-    if req.get("state_dict") is not None:
-        obj.load_state_dict(req["state_dict"], strict=True)
-    obj.train(bool(req.get("train", False)))
-    return obj
-
-
 def replay(impl: Impl, req: dict) -> Result:
-    """Answer ``req`` with ``impl`` exactly as the sandbox worker answers it with student code."""
-    with torch.random.fork_rng(devices=[]):
+    """Answer ``req`` with ``impl`` exactly as the sandbox worker answers it with student code:
+    with the same code (``protocol.answer``), on copies of the request's tensors (as the
+    worker gets them; recorded requests are replayed again and again, and a mistake may
+    change its inputs in place)."""
+    if req.get("op") not in protocol.OPS:
+        raise ReplayError(f"cannot replay op {req.get('op')!r}")
+    # Grad mode on, as in the worker: PyTorch modules take other code paths under no_grad
+    # (nn.MultiheadAttention's fast path gives NaN where the slow path gives numbers).
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():
         try:
-            return Result(value=_answer(impl, req))
-        except ReplayError:
-            raise
+            return Result(value=protocol.answer(impl.resolve, protocol.plain(req), impl.lab))
         except Exception as exc:  # noqa: BLE001 - the implementation's own error is an answer
             return Result(error=exc)
 
@@ -165,55 +117,6 @@ def cached_replay(impl: Impl, req: dict) -> Result:
     # The entry keeps ``impl`` alive: the ids in its key cannot be reused while it exists.
     _, result = _REPLAYS.get_or_compute(key, lambda: (impl, replay(impl, req)))
     return Result(value=copy_value(result.value), error=result.error)
-
-
-def _answer(impl: Impl, req: dict):
-    op = req.get("op")
-    if op not in ("call", "grad", "state_dict", "buffer"):
-        raise ReplayError(f"cannot replay op {op!r}")
-    if req.get("ctor") is not None:
-        obj = build_module(impl, req)
-        _seed(req.get("seed", 0))
-        if op == "state_dict":
-            return {k: v.detach().clone() for k, v in obj.state_dict().items()}
-        if op == "buffer":
-            return dict(obj.named_buffers())[req["name"]].detach().clone()
-        fn = obj
-    else:
-        obj = None
-        fn = impl.resolve(req["target"])
-        if fn is None:
-            raise AttributeError(f"{impl.lab} has no {req['target']}")
-        _seed(req.get("seed", 0))
-    args, kwargs = _clone(list(req.get("args", []))), _clone(dict(req.get("kwargs", {})))
-    if op == "call":
-        # Grad mode on, as in the worker: PyTorch modules take other code paths under no_grad
-        # (nn.MultiheadAttention's fast path gives NaN where the slow path gives numbers).
-        with torch.enable_grad():
-            return _plain(fn(*args, **kwargs))
-    # op == "grad": what the worker does, on clones of the test's tensors
-    leaves = []
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor) and a.is_floating_point():
-            args[i] = a.requires_grad_(True)
-            leaves.append(args[i])
-        else:
-            leaves.append(None)
-    with torch.enable_grad():
-        output = fn(*args, **kwargs)
-        pairs = [(o, g) for o, g in zip(_flat_tensors(output), req["grad_outputs"], strict=False) if g is not None]
-        if not pairs:
-            raise RuntimeError("there is no output to differentiate")
-        loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
-        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-            raise RuntimeError("the output does not depend on the inputs through autograd")
-        loss.backward()
-    params = {}
-    if obj is not None:
-        params = {n: p.grad.detach().clone() for n, p in obj.named_parameters() if p.grad is not None}
-    return {"output": _plain(output),
-            "input_grads": tuple(None if t is None else t.grad.detach().clone() for t in leaves),
-            "param_grads": params}
 
 
 def bind(fn, args, kwargs) -> dict:

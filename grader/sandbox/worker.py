@@ -4,7 +4,9 @@ Runs in a forked, locked-down child of the zygote. It knows the student's files,
 under test and that lab's forbidden APIs; it never sees a reference, an expected value or a
 test. Each request names a target in the lab module (a function, or a class to construct and
 call) and carries the inputs; the reply carries plain values or the student's exception.
-Imports only the stdlib, torch, ``wire`` and ``forbidden`` (loaded by path by the zygote).
+Requests are answered by ``protocol`` (the trusted replay of ``grader.mistakes`` answers them
+with the same code). Imports only the stdlib, torch, ``wire``, ``forbidden`` and ``protocol``
+(loaded by path by the zygote).
 """
 
 from __future__ import annotations
@@ -18,19 +20,14 @@ import os
 import sys
 import traceback
 
-import torch
-
 import forbidden
+import protocol
 import wire
 
 STDOUT_CAP = 4000
 MESSAGE_CAP = 2000
 LAB_MODULE_PREFIX = forbidden.LAB_MODULE_PREFIX
 ForbiddenAPIError = forbidden.ForbiddenAPIError
-
-
-class GradientError(RuntimeError):
-    """The student's output is not connected to the inputs' autograd graph."""
 
 
 # --------------------------------------------------------------------------- student modules
@@ -123,37 +120,6 @@ def describe_exception(exc: BaseException, folder: str) -> dict:
     }
 
 
-# --------------------------------------------------------------------------- requests
-
-def _plain(value, depth=0):
-    """Student return values reduced to wire-safe plain values."""
-    if depth > 8:
-        raise TypeError("return value nested too deeply")
-    if isinstance(value, torch.Tensor):
-        # A tensor subclass crosses as its plain data; the trusted side rebuilds a plain
-        # torch.Tensor from bytes in any case.
-        with torch._C.DisableTorchFunction():
-            plain = torch.Tensor.as_subclass(value, torch.Tensor)
-            return torch.Tensor.detach(plain).clone()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, tuple):
-        return tuple(_plain(v, depth + 1) for v in value)
-    if isinstance(value, list):
-        return [_plain(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    raise TypeError(f"returned a {type(value).__name__}, which is not a tensor, tuple or number")
-
-
-def _flat_tensors(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _flat_tensors(v)]
-    return []
-
-
 class CappedText(io.TextIOBase):
     """sys.stdout for student code: keeps the first STDOUT_CAP characters of each call."""
 
@@ -198,68 +164,9 @@ class Server:
 
     def handle(self, req: dict):
         module = self.lab_module()
-        op = req["op"]
-        if op == "probe":  # the names the contract requires that the module lacks
+        if req["op"] == "probe":  # the names the contract requires that the module lacks
             return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
-        target = getattr(module, req["target"], None)
-        if target is None:
-            raise AttributeError(f"{self.lab}.py has no {req['target']}")
-        torch.default_generator.manual_seed(int(req.get("seed", 0)))  # CPU only: ~100x cheaper than torch.manual_seed
-        if req.get("ctor") is not None:
-            obj = target(*req["ctor"]["args"], **req["ctor"]["kwargs"])
-            if not isinstance(obj, torch.nn.Module):
-                raise TypeError(f"{req['target']}(...) did not build an nn.Module")
-            if req.get("dtype") in ("float32", "float64"):
-                obj.to(getattr(torch, req["dtype"]))  # before loading: keep the weights' dtype
-            if req.get("state_dict") is not None:
-                obj.load_state_dict(req["state_dict"], strict=True)
-            obj.train(bool(req.get("train", False)))
-            torch.default_generator.manual_seed(int(req.get("seed", 0)))  # CPU only: ~100x cheaper than torch.manual_seed
-            if op == "state_dict":
-                return {k: v for k, v in obj.state_dict().items()}
-            if op == "buffer":
-                buffers = dict(obj.named_buffers())
-                if req["name"] not in buffers:
-                    raise AttributeError(f"{req['target']} has no buffer named {req['name']!r}")
-                return buffers[req["name"]]
-            fn = obj
-        else:
-            obj, fn = None, target
-        args, kwargs = list(req["args"]), dict(req["kwargs"])
-        if op == "call":
-            return _plain(fn(*args, **kwargs))
-        if op == "grad":
-            return self.grad(fn, obj, args, kwargs, req["grad_outputs"])
-        raise ValueError(f"unknown op {op!r}")
-
-    def grad(self, fn, module, args, kwargs, grad_outputs):
-        leaves = []
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and a.is_floating_point():
-                args[i] = a.clone().requires_grad_(True)
-                leaves.append(args[i])
-            else:
-                leaves.append(None)
-        output = fn(*args, **kwargs)
-        outs = _flat_tensors(output)
-        pairs = [(o, g) for o, g in zip(outs, grad_outputs) if g is not None]
-        if not pairs:
-            raise GradientError("there is no output to differentiate")
-        loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
-        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-            raise GradientError(
-                "the output does not depend on the inputs through autograd "
-                "(was something detached, or computed with numpy / .item()?)"
-            )
-        loss.backward()
-        params = {}
-        if module is not None:
-            params = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
-        return {
-            "output": _plain(output),
-            "input_grads": tuple(None if t is None else t.grad for t in leaves),
-            "param_grads": {k: v.detach().clone() for k, v in params.items()},
-        }
+        return protocol.answer(lambda name: getattr(module, name, None), req, f"{self.lab}.py")
 
     def serve(self):
         while True:

@@ -69,6 +69,7 @@ for _name in PRELOAD:
 
 import forbidden  # noqa: E402
 import jail  # noqa: E402
+import protocol  # noqa: E402
 import wire  # noqa: E402
 import worker  # noqa: E402
 
@@ -135,7 +136,8 @@ def _warm_function(x, y=None, *, dim: int = -1):
 
 
 def _warm_request_loop() -> None:
-    """Requests of every kind through wire and the worker's own handler, in this process.
+    """Requests of every kind, built as the grader builds them (``protocol``), through wire
+    and the worker's own handler, in this process.
 
     A worker's first requests otherwise run this code cold: decoding frames into tensors,
     building a module from ``ctor``, loading a state dict, a gradient request, the reply.
@@ -153,22 +155,21 @@ def _warm_request_loop() -> None:
         x = torch.randn(2, 3, 4, generator=gen, dtype=tdtype)
         mask = torch.ones(3, 3, dtype=torch.bool).tril()
         state = {k: v.to(tdtype) for k, v in _WarmBlock(4).state_dict().items()}
+        built = protocol.module_spec("Block", [4], {})
         requests = [
-            {"op": "probe", "names": ["fn", "Block", "missing"]},
-            {"op": "call", "target": "fn", "args": [x, x], "kwargs": {"dim": -1}, "seed": 3},
-            {"op": "call", "target": "Block", "args": [x], "kwargs": {"mask": mask},
-             "ctor": {"args": [4], "kwargs": {"dropout": 0.1}}, "dtype": dtype,
-             "state_dict": state, "train": True, "seed": 5},
-            {"op": "grad", "target": "Block", "args": [x], "kwargs": {},
-             "ctor": {"args": [4], "kwargs": {}}, "dtype": dtype, "state_dict": state,
-             "grad_outputs": [torch.ones_like(x)]},
-            {"op": "grad", "target": "fn", "args": [x, None], "kwargs": {},
-             "grad_outputs": [torch.ones(2, 3, 4, dtype=tdtype)]},
-            {"op": "state_dict", "target": "Block", "args": [], "kwargs": {},
-             "ctor": {"args": [4], "kwargs": {}}},
-            {"op": "buffer", "target": "Block", "args": [], "kwargs": {}, "name": "scale",
-             "ctor": {"args": [4], "kwargs": {}}},
-            {"op": "call", "target": "missing", "args": [], "kwargs": {}},
+            protocol.probe_request(["fn", "Block", "missing"]),
+            protocol.call_request("fn", [x, x], {"dim": -1}, seed=3),
+            protocol.call_request(
+                protocol.module_spec("Block", [4], {"dropout": 0.1}, state_dict=state,
+                                     train=True, dtype=dtype),
+                [x], {"mask": mask}, seed=5),
+            protocol.grad_request(
+                protocol.module_spec("Block", [4], {}, state_dict=state, dtype=dtype),
+                [x], {}, [torch.ones_like(x)]),
+            protocol.grad_request("fn", [x, None], {}, [torch.ones(2, 3, 4, dtype=tdtype)]),
+            protocol.state_dict_request(built),
+            protocol.buffer_request(built, "scale"),
+            protocol.call_request("missing", [], {}),
         ]
         for req in requests:
             try:

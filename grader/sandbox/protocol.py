@@ -1,0 +1,233 @@
+"""The worker protocol: the requests the grader sends a sandbox worker, and their answers.
+
+This module is the protocol's one definition. The builders below make every request the
+grader sends; ``answer`` computes every reply value, for both sides that answer requests:
+
+- the sandbox worker (``worker.py``), with the student's lab module;
+- the trusted replay of ``grader.mistakes``, with variants of the reference solution. A
+  mistake is recognised only when it answers a recorded request exactly as the worker
+  answered the student's code, so both sides must run the very same code.
+
+A request is a dict that ``wire.encode`` carries as it is. The builders give each kind its
+keys in the order the grader has always sent them: call plans compare encoded frames byte
+for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
+
+  op            "probe" | "call" | "grad" | "state_dict" | "buffer"
+  names         probe only: list[str], names the lab module must define
+  target        str: the function or class of the lab module to run
+  args          list: positional arguments (tensors, numbers, str, None, and lists,
+                tuples and str-keyed dicts of these); [] for state_dict and buffer
+  kwargs        dict[str, value]: keyword arguments, as ``args``; {} for state_dict, buffer
+  seed          int: the CPU generator's seed, set before the module is built and again
+                before the call (or the state dict / buffer is read)
+  ctor          {"args": list, "kwargs": dict} when ``target`` is a class: the module
+                ``target(*args, **kwargs)`` is built, set up as the next three fields say,
+                then called (call, grad) or read (state_dict, buffer); absent or None for a
+                function
+  state_dict    dict[str, Tensor] | None: loaded with strict=True, after the dtype cast
+  train         bool: the module's training flag (dropout on or off)
+  dtype         "float32" | "float64" | None: ``module.to(dtype)`` before the state dict
+  grad_outputs  grad only: list[Tensor | None], one per tensor of the output (tuples and
+                lists flattened depth first, see ``flat_tensors``), each of its tensor's
+                shape; None leaves that tensor out of the loss
+  name          buffer only: str, the buffer's name in ``module.named_buffers()``
+
+Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an exception):
+
+  probe       list[str]: the names the lab module lacks (answered by the worker itself)
+  call        the return value, made plain (``plain``)
+  grad        {"output": the plain return value,
+               "input_grads": tuple, one per positional argument: for a floating tensor its
+                 gradient of loss = sum_i (out_i * grad_outputs[i]).sum() (same shape), or
+                 None where the loss does not reach it; None for any other argument,
+               "param_grads": {parameter name: gradient} for the module's parameters the
+                 loss reaches ({} for a function)}
+  state_dict  dict[str, Tensor]: the built module's state dict
+  buffer      Tensor: the built module's buffer ``name``
+
+Imported by path in the zygote and the worker (``import protocol``), and as
+``grader.sandbox.protocol`` in the grader: it imports only the stdlib and torch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+OPS = ("call", "grad", "state_dict", "buffer")    # what ``answer`` answers; probe is the worker's
+
+
+# --------------------------------------------------------------------------- requests
+
+def probe_request(names) -> dict:
+    """Which of ``names`` (str) the lab module lacks; importing it is the real probe."""
+    return {"op": "probe", "names": list(names)}
+
+
+def module_spec(class_name: str, args, kwargs: dict, *, state_dict: dict | None = None,
+                train: bool = False, dtype: str | None = None) -> dict:
+    """The module ``class_name(*args, **kwargs)``, as the target of a request.
+
+    ``dtype`` is "float32", "float64" or None (as built); ``state_dict`` (str -> Tensor)
+    is loaded after the cast; ``train`` is the training flag. The module is built afresh,
+    seeded, for every request.
+    """
+    return {"target": class_name, "ctor": {"args": list(args), "kwargs": dict(kwargs)},
+            "state_dict": state_dict, "train": train, "dtype": dtype}
+
+
+def call_request(target, args, kwargs: dict, seed: int = 0) -> dict:
+    """``target(*args, **kwargs)``: ``target`` a function's name or a ``module_spec``."""
+    if isinstance(target, dict):
+        return {**target, "op": "call", "args": list(args), "kwargs": dict(kwargs),
+                "seed": seed}
+    return {"op": "call", "target": target, "args": list(args), "kwargs": dict(kwargs),
+            "seed": seed}
+
+
+def grad_request(target, args, kwargs: dict, grad_outputs, seed: int = 0) -> dict:
+    """Forward and backward of ``target`` (a function's name or a ``module_spec``).
+
+    ``grad_outputs``: one tensor (or None) per output tensor; a bare tensor stands for a
+    single output (not for its rows).
+    """
+    if isinstance(grad_outputs, torch.Tensor):
+        grad_outputs = (grad_outputs,)
+    req = {"op": "grad", "args": list(args), "kwargs": dict(kwargs), "seed": seed,
+           "grad_outputs": list(grad_outputs)}
+    if isinstance(target, dict):
+        req.update(target)
+    else:
+        req["target"] = target
+    return req
+
+
+def state_dict_request(spec: dict) -> dict:
+    """The state dict of the module ``spec`` (a ``module_spec``) describes."""
+    return {**spec, "op": "state_dict", "args": [], "kwargs": {}, "seed": 0}
+
+
+def buffer_request(spec: dict, name: str) -> dict:
+    """The buffer ``name`` of the module ``spec`` (a ``module_spec``) describes."""
+    return {**spec, "op": "buffer", "name": name, "args": [], "kwargs": {}, "seed": 0}
+
+
+# --------------------------------------------------------------------------- answers
+
+class GradientError(RuntimeError):
+    """The output is not connected to the inputs' autograd graph."""
+
+
+def _seed(value) -> None:
+    """Seed the CPU generator only: ~100x cheaper than torch.manual_seed, which also queues
+    a CUDA seeding whose bookkeeping formats a stack trace on every call (~3 ms)."""
+    torch.default_generator.manual_seed(int(value))
+
+
+def answer(resolve, req: dict, owner: str):
+    """The reply value to ``req`` (op call, grad, state_dict or buffer; see above).
+
+    ``resolve(name)`` gives the lab's function or class ``name``, or None; ``owner`` names
+    the lab in the error for a missing one (e.g. "lab1_attention.py"). Exceptions are the
+    answer's: the worker reports them to the grader as the student's.
+    """
+    op = req["op"]
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    target = resolve(req["target"])
+    if target is None:
+        raise AttributeError(f"{owner} has no {req['target']}")
+    if req.get("ctor") is not None:
+        module = fn = _build_module(target, req)
+    elif op in ("state_dict", "buffer"):
+        raise ValueError(f"op {op!r} needs a class to build (ctor)")
+    else:
+        module, fn = None, target
+    # Seeded after building too: the call draws the same numbers whatever __init__ drew.
+    _seed(req.get("seed", 0))
+    if op == "state_dict":
+        return plain(module.state_dict())
+    if op == "buffer":
+        buffers = dict(module.named_buffers())
+        if req["name"] not in buffers:
+            raise AttributeError(f"{req['target']} has no buffer named {req['name']!r}")
+        return plain(buffers[req["name"]])
+    args, kwargs = list(req["args"]), dict(req["kwargs"])
+    if op == "call":
+        return plain(fn(*args, **kwargs))
+    return _grad(fn, module, args, kwargs, req["grad_outputs"])
+
+
+def _build_module(cls, req: dict) -> torch.nn.Module:
+    """``req``'s module: built seeded, cast to its dtype, its state dict loaded, mode set."""
+    _seed(req.get("seed", 0))
+    module = cls(*req["ctor"]["args"], **req["ctor"]["kwargs"])
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{req['target']}(...) did not build an nn.Module")
+    if req.get("dtype") in ("float32", "float64"):
+        module.to(getattr(torch, req["dtype"]))  # before loading: keep the weights' dtype
+    if req.get("state_dict") is not None:
+        module.load_state_dict(req["state_dict"], strict=True)
+    module.train(bool(req.get("train", False)))
+    return module
+
+
+def _grad(fn, module, args: list, kwargs: dict, grad_outputs: list) -> dict:
+    """Forward, then backward of sum_i (out_i * grad_outputs[i]).sum(): the grad reply."""
+    leaves = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            args[i] = a.clone().requires_grad_(True)     # a leaf of our own
+            leaves.append(args[i])
+        else:
+            leaves.append(None)
+    output = fn(*args, **kwargs)
+    pairs = [(o, g) for o, g in zip(flat_tensors(output), grad_outputs) if g is not None]
+    if not pairs:
+        raise GradientError("there is no output to differentiate")
+    loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        raise GradientError(
+            "the output does not depend on the inputs through autograd "
+            "(was something detached, or computed with numpy / .item()?)"
+        )
+    loss.backward()
+    params = {}
+    if module is not None:
+        params = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+    return {
+        "output": plain(output),
+        "input_grads": plain(tuple(None if t is None else t.grad for t in leaves)),
+        "param_grads": plain(params),
+    }
+
+
+def plain(value, depth: int = 0):
+    """``value`` as plain values the wire carries: tensors as detached plain copies (a
+    subclass as its data), tuples, lists, str-keyed dicts, numbers, str, None. Raises
+    TypeError on anything else, or nesting deeper than 8."""
+    if depth > 8:
+        raise TypeError("return value nested too deeply")
+    if isinstance(value, torch.Tensor):
+        # A tensor subclass crosses as its plain data; the trusted side rebuilds a plain
+        # torch.Tensor from bytes in any case.
+        with torch._C.DisableTorchFunction():
+            data = torch.Tensor.as_subclass(value, torch.Tensor)
+            return torch.Tensor.detach(data).clone()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(plain(v, depth + 1) for v in value)
+    if isinstance(value, list):
+        return [plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+    raise TypeError(f"returned a {type(value).__name__}, which is not a tensor, tuple or number")
+
+
+def flat_tensors(value) -> list:
+    """The tensors of ``value``, tuples and lists flattened depth first (grad_outputs' order)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in flat_tensors(v)]
+    return []
