@@ -203,7 +203,7 @@ def _identical(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, dict):
         return list(a) == list(b) and all(_identical(a[k], b[k]) for k in a)
     return a == b

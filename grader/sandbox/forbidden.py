@@ -38,6 +38,7 @@ import sys
 import warnings
 
 import torch
+import contextlib
 
 LAB_MODULE_PREFIX = "lab"
 
@@ -271,10 +272,8 @@ def _guard_code(plan: Plan, name: str, freevars: tuple[str, ...]):
 
 def _swap_code(func, code) -> None:
     """Make ``func`` (a Python function) raise for every caller, however it was reached."""
-    try:
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
         func.__code__ = code
-    except (ValueError, TypeError, AttributeError):
-        pass
 
 
 def _guard_function(name: str):
@@ -381,10 +380,9 @@ def install(lab: str, names, plan: Plan) -> None:
             _swap_code(func, code)
         guard = _guard_function(name)
         for module, attr in plan.bindings[name]:
-            try:
+            # A read-only attribute: the dispatcher holds.
+            with contextlib.suppress(Exception):
                 setattr(module, attr, guard)
-            except Exception:  # noqa: BLE001 - a read-only attribute: the dispatcher holds
-                pass
     _block_dispatcher([k for k in plan.kernels if k[2] in names])
     blocked = {m: name for name in names for m in BLOCKED_MODULES.get(name, [])}
     sys.meta_path.insert(0, ImportGuard(plan, names, blocked))

@@ -25,6 +25,7 @@ grader's processes).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -214,12 +215,10 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
         mount("tmpfs", NEW_ROOT + tmp, "tmpfs", MS_NOSUID | MS_NODEV,
               f"size={tmp_size_mb}m,mode=1777")
     os.makedirs(NEW_ROOT + "/proc", mode=0o555)
-    try:
+    # A container that masks parts of its /proc forbids a fresh one inside a user
+    # namespace: the worker then simply has no /proc (it needs none).
+    with contextlib.suppress(JailError):
         mount("proc", NEW_ROOT + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except JailError:
-        # A container that masks parts of its /proc forbids a fresh one inside a user
-        # namespace: the worker then simply has no /proc (it needs none).
-        pass
     # The scaffolding (and every directory created above) becomes read-only.
     mount(None, NEW_ROOT, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
           "size=16m,mode=0755")

@@ -181,7 +181,7 @@ def _grad(fn, module, args: list, kwargs: dict, grad_outputs: list) -> dict:
         else:
             leaves.append(None)
     output = fn(*args, **kwargs)
-    pairs = [(o, g) for o, g in zip(flat_tensors(output), grad_outputs) if g is not None]
+    pairs = [(o, g) for o, g in zip(flat_tensors(output), grad_outputs, strict=False) if g is not None]
     if not pairs:
         raise GradientError("there is no output to differentiate")
     loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)

@@ -244,7 +244,7 @@ def _tensor(meta: dict, cursor: _Cursor) -> torch.Tensor:
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_NDIM
-        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in shape)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
     ):
         raise WireError("malformed tensor shape")
     dtype = DTYPES[dtype_name]

@@ -12,6 +12,7 @@ with the same code). Imports only the stdlib, torch, ``wire``, ``forbidden`` and
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -63,10 +64,9 @@ class LabLoader(importlib.abc.Loader):
         tree = None
         if self.finder.forbidden:
             # Parsed once: for the scan, then compiled from the tree.
-            try:
+            # A file that does not parse: compiling the source below reports it, with its line.
+            with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = ast.parse(source, filename)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                pass            # compiling the source below reports it, with its line
         problems = (forbidden.static_violations(tree, filename, self.finder.forbidden)
                     if tree is not None else [])
         for problem in problems:

@@ -33,6 +33,7 @@ left, and plain mode has no PID namespace to end everything at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -62,10 +63,9 @@ PRELOAD = [
     "signal", "socket", "tempfile", "shutil", "glob", "pathlib", "atexit", "weakref",
 ]
 for _name in PRELOAD:
-    try:
+    # A missing optional module only narrows what students may use.
+    with contextlib.suppress(Exception):
         __import__(_name)
-    except Exception:  # noqa: BLE001 - a missing optional module only narrows what students may use
-        pass
 
 import forbidden  # noqa: E402
 import jail  # noqa: E402
@@ -245,14 +245,10 @@ def end_direct(life_r: int) -> None:
     """The grader let go of this worker (closed its lifeline, or died): kill it, reap it."""
     pid = DIRECT.pop(life_r)
     os.close(life_r)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)   # pid 1 of its namespace: everything in it ends too
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def spawn(config: dict, channel_fd: int, mode: str, bindings) -> tuple[dict, int | None]:
@@ -268,10 +264,8 @@ def spawn(config: dict, channel_fd: int, mode: str, bindings) -> tuple[dict, int
             os.close(life_w)
             _keeper(config, channel_fd, mode, bindings, status_w, life_r)
         except BaseException as exc:  # noqa: BLE001
-            try:
+            with contextlib.suppress(OSError):
                 os.write(status_w, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
-            except OSError:
-                pass
         os._exit(1)
     os.close(status_w)
     os.close(life_r)
@@ -322,10 +316,8 @@ def _keeper(config, channel_fd, mode, bindings, status_w, life_r):
     except OSError:
         pass
     # The grader is done with this worker (or gone): end it and everything below it.
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     if mode == "plain":
         _kill_descendants()
     _reap_all()
@@ -342,10 +334,8 @@ def _kill_descendants() -> None:
         if not kids:
             return
         for kid in kids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(kid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _reap_all(block: bool = True) -> None:
