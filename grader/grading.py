@@ -37,7 +37,7 @@ from grader.intake import Sanitized, sanitize
 from grader.intake.zips import unpack_zip
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
-from grader.sandbox import Limits, Zygote, make_scratch
+from grader.sandbox import Limits, Zygote, make_scratch, protocol
 
 VISIBILITIES = ("public", "hidden")
 
@@ -157,9 +157,8 @@ class Grader:
         worker = None
         try:
             worker = self._zygote.spawn(submission=scratch.name, lab=PROBE_LAB, forbidden=[])
-            reply = worker.request({"op": "call", "target": "identity",
-                                    "args": [[str(p) for p in secrets]], "kwargs": {},
-                                    "seed": 0}, timeout_s=60)
+            reply = worker.request(protocol.call_request("identity", [[str(p) for p in secrets]],
+                                                         {}), timeout_s=60)
         except Exception as exc:  # noqa: BLE001 - any failure to start is the answer
             return f"a sandbox worker could not start ({type(exc).__name__}: {exc})"
         finally:

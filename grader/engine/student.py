@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
-from grader.sandbox import SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, wire
+from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, protocol,
+                            wire)
 
 
 class StudentError(Exception):
@@ -224,7 +225,7 @@ class Session:
     def probe(self, lab: str, *, names: list[str] = (), file: str = "") -> StudentError | None:
         """Import the lab in a worker; why it cannot be graded (import error, missing names)."""
         try:
-            missing = self.request(lab, {"op": "probe", "names": list(names)})
+            missing = self.request(lab, protocol.probe_request(names))
         except StudentError as exc:
             return exc
         if isinstance(missing, list) and missing:
@@ -272,8 +273,7 @@ class StudentLab:
 
     def call(self, name: str, *args, seed: int = 0, **kwargs):
         """``<lab>.<name>(*args, **kwargs)`` in the worker."""
-        return self._request({"op": "call", "target": name, "args": list(args),
-                              "kwargs": kwargs, "seed": seed})
+        return self._request(protocol.call_request(name, args, kwargs, seed))
 
     def module(self, class_name: str, *args, **kwargs) -> "ModuleHandle":
         """A handle on ``<lab>.<class_name>(*args, **kwargs)``, built afresh for every call."""
@@ -281,15 +281,8 @@ class StudentLab:
 
     def grad(self, target, *args, grad_outputs, seed: int = 0, **kwargs) -> GradResult:
         """Forward and backward in the worker; gradients of sum(output * grad_output)."""
-        if isinstance(grad_outputs, torch.Tensor):
-            grad_outputs = (grad_outputs,)  # one output: a bare tensor, not its rows
-        req = {"op": "grad", "args": list(args), "kwargs": kwargs, "seed": seed,
-               "grad_outputs": list(grad_outputs)}
-        if isinstance(target, ModuleHandle):
-            req.update(target._spec())
-        else:
-            req["target"] = target
-        res = self._request(req)
+        spec = target._spec() if isinstance(target, ModuleHandle) else target
+        res = self._request(protocol.grad_request(spec, args, kwargs, grad_outputs, seed))
         if not isinstance(res, dict) or set(res) != {"output", "input_grads", "param_grads"}:
             raise StudentError(kind="crash", lab=self.lab, message="malformed gradient reply")
         return GradResult(res["output"], tuple(res["input_grads"]), dict(res["param_grads"]))
@@ -322,8 +315,9 @@ class ModuleHandle:
         self._dtype = None
 
     def _spec(self) -> dict:
-        return {"target": self.class_name, "ctor": self._ctor, "state_dict": self._state_dict,
-                "train": self._train, "dtype": self._dtype}
+        return protocol.module_spec(self.class_name, self._ctor["args"], self._ctor["kwargs"],
+                                    state_dict=self._state_dict, train=self._train,
+                                    dtype=self._dtype)
 
     def load_state_dict(self, state_dict: dict) -> "ModuleHandle":
         self._state_dict = {k: v.detach().clone() for k, v in state_dict.items()}
@@ -344,16 +338,13 @@ class ModuleHandle:
         return self.train(False)
 
     def state_dict(self) -> dict:
-        sd = self._lab._request({**self._spec(), "op": "state_dict", "args": [], "kwargs": {},
-                                 "seed": 0})
+        sd = self._lab._request(protocol.state_dict_request(self._spec()))
         if not isinstance(sd, dict):
             raise StudentError(kind="crash", lab=self._lab.lab, message="malformed state dict")
         return sd
 
     def buffer(self, name: str) -> torch.Tensor:
-        return self._lab._request({**self._spec(), "op": "buffer", "name": name, "args": [],
-                                   "kwargs": {}, "seed": 0})
+        return self._lab._request(protocol.buffer_request(self._spec(), name))
 
     def __call__(self, *args, seed: int = 0, **kwargs):
-        return self._lab._request({**self._spec(), "op": "call", "args": list(args),
-                                   "kwargs": kwargs, "seed": seed})
+        return self._lab._request(protocol.call_request(self._spec(), args, kwargs, seed))

@@ -74,6 +74,8 @@ def read_only_paths() -> list[str]:
             p = os.path.realpath(p)
         if not os.path.lexists(p) or any(p == q or p.startswith(q + "/") for q in out):
             continue
+        if p in ("/", "/tmp", "/dev", "/dev/shm", "/proc"):
+            continue            # never the whole of a shared or private tree
         out = [q for q in out if not q.startswith(p + "/")] + [p]
     return sorted(out, key=lambda x: x.count("/"))
 

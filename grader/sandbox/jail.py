@@ -185,6 +185,13 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
     """
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # never leak our mounts to the host
     mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+    # The private, size-capped temp folders first: an interpreter or packages that live
+    # under /tmp (a clone and its .venv there) are then bound inside them, read-only,
+    # instead of being hidden by them.
+    for tmp in ("/tmp", "/dev/shm"):
+        os.makedirs(NEW_ROOT + tmp, exist_ok=True)
+        mount("tmpfs", NEW_ROOT + tmp, "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={tmp_size_mb}m,mode=1777")
     for path in read_only_paths:
         if os.path.islink(path):
             os.makedirs(os.path.dirname(NEW_ROOT + path), mode=0o755, exist_ok=True)
@@ -207,13 +214,9 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
     except JailError:
         mount(None, NEW_ROOT + SUBMISSION_DIR, None,
               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_REC)
-    os.makedirs(NEW_ROOT + "/dev", mode=0o755)
+    os.makedirs(NEW_ROOT + "/dev", mode=0o755, exist_ok=True)
     for dev in ("null", "zero", "urandom", "random"):
         _bind("/dev/" + dev, writable=True)
-    for tmp in ("/tmp", "/dev/shm"):
-        os.makedirs(NEW_ROOT + tmp, exist_ok=True)
-        mount("tmpfs", NEW_ROOT + tmp, "tmpfs", MS_NOSUID | MS_NODEV,
-              f"size={tmp_size_mb}m,mode=1777")
     os.makedirs(NEW_ROOT + "/proc", mode=0o555)
     # A container that masks parts of its /proc forbids a fresh one inside a user
     # namespace: the worker then simply has no /proc (it needs none).
