@@ -712,3 +712,38 @@ def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygo
             assert grade.manual_score == (1.0 if student == "alice" else 0.0)
             comment = gb.find_comment("solution_causal_mask", LAB1, LAB1, student)
             assert comment.auto_comment.startswith("attention-labs grader:")
+
+
+SCRATCH_ONE_LINE = ("q = torch.randn(2, 3, 4); out, w = scaled_dot_product_attention(q, q, q); "
+                    "print(w[0])\n")
+SCRATCH_THREE_LINES = ("q = torch.randn(2, 3, 4)\nout, w = scaled_dot_product_attention(q, q, q)\n"
+                       "print(w[0])\n")
+
+
+@pytest.mark.parametrize("scratch", [SCRATCH_ONE_LINE, SCRATCH_THREE_LINES],
+                         ids=["one_line", "three_lines"])
+def test_a_scratch_cell_is_left_out_the_same_on_one_line_or_three(scratch, rubric, zygote,
+                                                                    tmp_path):
+    """One rule for what is kept, statement by statement, however the statements are laid
+    out: the call of the student's own function never runs at import, on one line or
+    three, and the correct lab keeps its full marks."""
+    from grader.intake.notebook import Cell, extract_lab_source
+
+    own = "import torch\n\ndef scaled_dot_product_attention(q, k, v):\n    return q, k\n"
+    got = extract_lab_source([Cell(label="cell 1", source=own, test=False),
+                              Cell(label="cell 2", source=scratch, test=False)], name="nb")
+    kept = ast.parse(got.source)
+    calls = [n.func.id for n in ast.walk(kept) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name)]
+    assert "scaled_dot_product_attention" not in calls and "print" not in calls, got.source
+    assert any("cell 2 line 1 (runs your code)" in n or "cell 2 line 2 (runs your code)" in n
+               for n in got.notes), got.notes
+
+    nb = _notebook_from_py((paths.SOLUTIONS / f"{LAB1}.py").read_text())
+    nb["cells"].append(_code_cell(scratch))
+    sub = tmp_path / "sub"
+    _write_nb(nb, sub / f"{LAB1}.ipynb")
+    result = shared_grade(sub, rubric=rubric, labs=[LAB1], zygote=zygote)
+    lab = result.lab(LAB1)
+    assert lab.status == "graded" and lab.score == lab.max_score, \
+        [(t.name, t.message) for t in lab.tests if not t.passed]

@@ -199,7 +199,9 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
         "(`docs/LAB_CONTRACT.md`).",
         "- Add cells of your own to try things out. Grading uses your definitions (imports, "
         "functions, classes, constants) and leaves out experiments: prints, checks and calls "
-        "of your own code at the top level of a cell.",
+        "of your own code at the top level of a cell. The rule goes statement by statement, "
+        "so `q = torch.randn(2, 3, 4); out, w = f(q, q, q); print(w)` on one line is treated "
+        "exactly as the same three statements on three lines.",
         "- The test cells at the end run the course's tests on the code this notebook has run, in "
         "a separate, isolated process (the `grader` package must be installed where this kernel "
         "runs). Use **Kernel > Restart & Run All** before you trust them. Hidden tests run only "

@@ -18,8 +18,10 @@ definition of a name wins), and it is made tolerant of what students do to noteb
   the file is imported (calls of the notebook's own functions and classes, and anything using
   their results), bare expressions (``print(...)``, ``out.shape``), ``assert``\\ s, statements that
   name a forbidden API (comparisons with PyTorch's reference) and imports of modules that the
-  grading environment lacks (``matplotlib``) are left out, with a note. Their lines are blanked,
-  so line numbers inside each cell stay the same.
+  grading environment lacks (``matplotlib``) are left out, with a note. The rule is per
+  statement, however they are laid out: several statements on one line (``a = 1; f(a)``)
+  are filtered one by one, exactly as on separate lines. Left-out text is blanked (``pass``
+  where a kept statement shares its line), so line numbers inside each cell stay the same.
 
 Stored outputs are ignored. This module is light (no torch, no nbformat): the in-kernel test
 cells import it.
@@ -343,10 +345,24 @@ def _why_left_out(stmt: ast.stmt, own: set[str], tainted: set[str],
 
 def _filter_cell(tree: ast.Module, source: str, label: str, own: set[str], tainted: set[str],
                  forbidden_leaves: set[str], dropped: list[str]) -> str:
-    """The cell with the lines of left-out top-level statements blanked."""
-    lines = source.split("\n")
-    keep_line = [False] * (len(lines) + 2)
-    drop_line = [False] * (len(lines) + 2)
+    """The cell with its left-out top-level statements taken out.
+
+    One rule, statement by statement, however the statements are laid out: a left-out
+    statement's text is blanked (its lines stay, so line numbers do not move). Where it
+    shares a line with a kept statement (``q = ...; out = f(q); print(out)``), it becomes
+    ``pass`` in place, so the line still parses and nothing left out runs.
+    """
+    data = bytearray(source.encode("utf-8"))        # ast offsets are UTF-8 byte offsets
+    line_starts = [0]
+    for i, byte in enumerate(data):
+        if byte == 0x0A:
+            line_starts.append(i + 1)
+
+    def offset(line: int, col: int) -> int:
+        return line_starts[line - 1] + col
+
+    kept_lines: set[int] = set()
+    left_out: list[ast.stmt] = []
     for stmt in tree.body:
         why = _why_left_out(stmt, own, tainted, forbidden_leaves)
         start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
@@ -357,15 +373,44 @@ def _filter_cell(tree: ast.Module, source: str, label: str, own: set[str], taint
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and any(
                     isinstance(n, ast.Name) and n.id in own for n in ast.walk(stmt.value)):
                 own.update(bound)            # an alias of a notebook function or class
-            for i in range(start, end + 1):
-                keep_line[i] = True
+            kept_lines.update(range(start, end + 1))
         else:
             tainted.update(bound)
             dropped.append(f"{label} line {stmt.lineno} ({why})")
-            for i in range(start, end + 1):
-                drop_line[i] = True
-    return "\n".join("" if drop_line[i] and not keep_line[i] else text
-                     for i, text in enumerate(lines, start=1))
+            left_out.append(stmt)
+    # Last first: a widened "pass" must not move the offsets of what is still to do.
+    for stmt in reversed(left_out):
+        start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+        end = stmt.end_lineno or stmt.lineno
+        shared = start in kept_lines or end in kept_lines
+        if shared:
+            # Shares a line with a kept statement (only simple statements can): exactly
+            # its own text goes.
+            lo = offset(stmt.lineno, stmt.col_offset)
+            hi = offset(end, stmt.end_col_offset or 0)
+        else:
+            lo = offset(start, 0)
+            hi = line_starts[end] - 1 if end < len(line_starts) else len(data)
+        for i in range(lo, hi):
+            if data[i] != 0x0A:
+                data[i] = 0x20
+        if shared:
+            # "pass" in its place, where the kept statement beside it needs it: on its last
+            # line when something follows it there ("pass; z = 3"), else where it began.
+            at = max(lo, line_starts[end - 1]) if end in kept_lines and offset(
+                end, stmt.end_col_offset or 0) < _line_end(data, line_starts, end) else lo
+            width = hi - at
+            data[at:at + min(width, 4)] = b"pass"
+    lines = data.decode("utf-8").split("\n")
+    return "\n".join(text if text.strip() else "" for text in lines)
+
+
+def _line_end(data: bytearray, line_starts: list[int], line: int) -> int:
+    """The offset of the last non-blank byte of ``line`` (1-based) plus one."""
+    end = line_starts[line] - 1 if line < len(line_starts) else len(data)
+    while end > line_starts[line - 1] and data[end - 1] in b" \t\r":
+        end -= 1
+    return end
 
 
 def _places(items: list[str]) -> str:
