@@ -23,3 +23,21 @@ def zygote(rubric):
         yield shared
     finally:
         shared.close()
+
+
+# Whole modules, and the fixtures, that make a test slow (pytest -m "not slow" leaves them).
+SLOW_MODULES = {"test_attacks.py", "test_batch.py", "test_environment.py"}
+SLOW_FIXTURES = {"autograder_zip", "release", "graded_course"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.path.name
+        if module == "test_attacks.py":
+            item.add_marker(pytest.mark.attacks)
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) \
+                or item.get_closest_marker("nbgrader"):
+            item.add_marker(pytest.mark.slow)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("mode") == "root" or item.get_closest_marker("root"):
+            item.add_marker(pytest.mark.root)

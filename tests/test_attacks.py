@@ -583,6 +583,7 @@ def _nobody_python(root: Path) -> Path | None:
     return python if probe.returncode == 0 else None
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to uid 65534")
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 @pytest.mark.parametrize("mode", ["userns", "plain"])

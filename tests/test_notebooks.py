@@ -42,7 +42,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     NBGRADER_MISSING = f"nbgrader is not importable ({exc}); pip install 'attention-labs[notebooks]'"
 
-needs_nbgrader = pytest.mark.skipif(bool(NBGRADER_MISSING), reason=NBGRADER_MISSING or "x")
+def needs_nbgrader(test):
+    """nbgrader-marked (and so slow: tests/conftest.py), skipped without nbgrader."""
+    skip = pytest.mark.skipif(bool(NBGRADER_MISSING), reason=NBGRADER_MISSING or "x")
+    return pytest.mark.nbgrader(skip(test))
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NB_FIXTURES = FIXTURES / "notebooks"
