@@ -216,6 +216,18 @@ class Grader:
             self._plans[key] = plan
         return self._plans[key]
 
+    def _provided(self) -> dict[str, dict[str, list[str]]]:
+        """Lab -> the other labs it may import, and their names, answered by the course's
+        reference while it is graded (``lab_imports: reference``, the default, wherever
+        the reference solutions are at hand); {} when each lab imports the student's own
+        files (``lab_imports: student``, cumulative grading)."""
+        if self.rubric.lab_imports != "reference":
+            return {}
+        names = {lab: required_names(spec.file) for lab, spec in self.rubric.labs.items()}
+        return {lab: {other: names[other] for other in self.rubric.labs
+                      if other != lab and names[other]}
+                for lab in self.rubric.labs}
+
     def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
                      name: str, *, plan: CallPlan | None,
                      recording: CallPlan | None = None) -> SubmissionResult:
@@ -225,7 +237,7 @@ class Grader:
         scratch = make_scratch(clean.files)
         session = Session(zygote=self._zygote, submission_dir=scratch.name,
                           forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
-                          plan=plan, recording=recording)
+                          provided=self._provided(), plan=plan, recording=recording)
         outcomes: list[Outcome] = []
         collection_errors: list[str] = []
         try:

@@ -44,7 +44,11 @@ LAB_NAME_RE = re.compile(r"lab\d+_[a-z0-9_]+")
 TEST_NAME_RE = re.compile(r"test_\w+")
 DOTTED_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
-TOP_KEYS = ("version", "defaults", "labs")
+TOP_KEYS = ("version", "defaults", "lab_imports", "labs")
+# What a lab's ``from lab1_attention import ...`` gives it while it is graded: the course's
+# reference answering its calls (the default: a lab's points depend on its own code only),
+# or the student's own file of that lab (cumulative grading).
+LAB_IMPORTS = ("reference", "student")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
 LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "tests")
 TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s")
@@ -94,6 +98,7 @@ class LabRubric:
 class Rubric:
     path: Path
     labs: dict[str, LabRubric]  # insertion (file) order
+    lab_imports: str = "reference"   # one of LAB_IMPORTS
 
     @property
     def max_points(self) -> float:
@@ -342,6 +347,16 @@ class _Validator:
                     )
                     default_tol = tol or default_tol
 
+        lab_imports = "reference"
+        if "lab_imports" in top:
+            _, node = top["lab_imports"]
+            ok, value = self.scalar(node, "lab_imports")
+            if ok and value in LAB_IMPORTS:
+                lab_imports = value
+            elif ok:
+                self.error(node, "lab_imports", f"expected one of {', '.join(LAB_IMPORTS)}, "
+                                                f"got {self.got(node, value)}")
+
         labs: dict[str, LabRubric] = {}
         if self.require(top, "labs", root_line, "", "a mapping of labs (lab1_attention: ...)"):
             key_node, node = top["labs"]
@@ -354,7 +369,7 @@ class _Validator:
                     labs[name] = lab
         if self.errors:
             return None
-        return Rubric(path=self.path, labs=labs)
+        return Rubric(path=self.path, labs=labs, lab_imports=lab_imports)
 
     def lab(
         self,

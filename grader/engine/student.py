@@ -9,12 +9,14 @@ next test. See docs/internals.md section 3 for the API the suites use.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
+from grader.engine.reference import load_reference
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, protocol,
                             wire)
 
@@ -69,6 +71,7 @@ def _error_from_reply(err: dict, lab: str, stdout: str) -> StudentError:
 
 
 MAX_RECORDED_CALLS = 200      # per test; a test making more keeps the first ones
+MAX_CALLBACK_ELEMENTS = 1 << 22   # numbers in one call into another lab (4 Mi: ~32 MB)
 
 
 @dataclass
@@ -88,10 +91,13 @@ class Session:
     ``plan`` (grader.engine.call_plan): send each test's first call ahead of it (a
     ``Prefetcher``). ``recording``: a CallPlan to fill with each test's first request, call
     count and successor (a ``PlanRecorder``; how a plan is made).
+    ``provided``: lab under test -> other lab -> names whose calls the course's reference
+    answers (protocol "Callbacks"): a lab's points then depend on its own code only.
     """
     zygote: Zygote
     submission_dir: str
     forbidden: dict[str, tuple[str, ...]]          # lab -> dotted names it may not use
+    provided: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     plan: CallPlan | None = None
     recording: CallPlan | None = None
     deadline: float = float("inf")                  # monotonic time the current test ends
@@ -161,9 +167,13 @@ class Session:
         worker = self.workers.get(lab)
         if worker is not None and worker.alive:
             return worker
+        provided = self.provided.get(lab) or {}
         try:
             worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
-                                       forbidden=list(self.forbidden.get(lab, ())))
+                                       forbidden=list(self.forbidden.get(lab, ())),
+                                       **({"provided": provided} if provided else {}))
+            if provided:
+                worker.on_callback = functools.partial(self._callback, lab)
         except SandboxError as exc:
             raise StudentError(kind="crash", message=f"the sandbox failed: {exc}",
                                lab=lab) from None
@@ -214,6 +224,25 @@ class Session:
             worker.kill()
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
         return reply["ok"]
+
+    def _callback(self, lab: str, req) -> object:
+        """The course's reference answering a call that ``lab``'s code made into another lab
+        (only values came, only values go back; this runs in the trusted process)."""
+        if not isinstance(req, dict) or not isinstance(req.get("args"), list) \
+                or not isinstance(req.get("kwargs"), dict) \
+                or not isinstance(req.get("seed"), int) \
+                or not isinstance(req.get("grad_outputs"), (list, type(None))):
+            raise ValueError("a malformed call into another lab")
+        other, target = req.get("lab"), req.get("target")
+        if target not in (self.provided.get(lab) or {}).get(other, ()):
+            raise ValueError(f"{other}.{target} is not provided to {lab}")
+        size = sum(t.numel() for t in protocol.flat_tensors(
+            [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]))
+        if size > MAX_CALLBACK_ELEMENTS:
+            raise ValueError(f"{other}.{target} was given more than {MAX_CALLBACK_ELEMENTS} "
+                             "numbers")
+        with torch.random.fork_rng(devices=[]):
+            return protocol.answer_callback(getattr(load_reference(other), target), req)
 
     def _timeout(self, lab: str) -> StudentTimeout:
         return StudentTimeout(

@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 from grader.errors import SandboxError
@@ -32,6 +33,7 @@ from grader.sandbox.jail import children_of
 ZYGOTE = Path(__file__).with_name("zygote.py")
 SLOT_UID_BASE = 61000   # root mode: slot n runs as uid 61000 + n
 START_TIMEOUT_S = 60.0
+MAX_CALLBACKS = 256     # a worker's calls into other labs while answering one request
 
 
 class WorkerTimeout(Exception):
@@ -117,6 +119,9 @@ class Worker:
     # the bytes of them the socket has not taken yet.
     pending: int = 0
     _outbox: bytearray = field(default_factory=bytearray, repr=False)
+    # Answers the worker's calls into other labs (protocol "Callbacks"): request -> value;
+    # raises to refuse. None: this worker is provided no other lab.
+    on_callback: Callable[[dict], object] | None = None
 
     def __post_init__(self):
         # All I/O is non-blocking and waits in ``_wait``, which also feeds the worker the
@@ -150,22 +155,38 @@ class Worker:
             raise RuntimeError("no request is waiting for a reply")
         deadline = time.monotonic() + timeout_s
         try:
-            # The whole reply must arrive by the deadline, however the worker trickles it.
-            header_len, payload_len = wire.PREFIX.unpack(self._read(wire.PREFIX.size, deadline))
-            if header_len > wire.MAX_HEADER_BYTES:
-                raise wire.WireError("frame header exceeds the caps")
-            if payload_len > self.reply_bytes:
-                raise wire.WireError(f"reply carries more than {self.reply_bytes} bytes")
-            header = bytes(self._read(header_len, deadline))
-            payload = self._read(payload_len, deadline)
-            self.pending -= 1
-            return wire.decode(header, payload)
+            # The whole reply must arrive by the deadline, however the worker trickles it,
+            # and whatever it asks of other labs on the way (each answered at once).
+            for _ in range(MAX_CALLBACKS + 1):
+                header_len, payload_len = wire.PREFIX.unpack(
+                    self._read(wire.PREFIX.size, deadline))
+                if header_len > wire.MAX_HEADER_BYTES:
+                    raise wire.WireError("frame header exceeds the caps")
+                if payload_len > self.reply_bytes:
+                    raise wire.WireError(f"reply carries more than {self.reply_bytes} bytes")
+                header = bytes(self._read(header_len, deadline))
+                frame = wire.decode(header, self._read(payload_len, deadline))
+                if not (isinstance(frame, dict) and "callback" in frame):
+                    self.pending -= 1
+                    return frame
+                self._outbox += wire.encode({"callback_reply": self._callback(frame)})
+                self._pump()
+            raise wire.WireError(f"more than {MAX_CALLBACKS} callbacks in one reply")
         except socket.timeout:
             self.kill()
             raise WorkerTimeout() from None
         except (wire.WireError, OSError) as exc:
             self.kill()
             raise WorkerDied(str(exc)) from None
+
+    def _callback(self, frame: dict) -> dict:
+        """The reply to a worker's call into another lab: {"ok": value} or {"error": why}."""
+        if self.on_callback is None:
+            return {"error": "no other lab is provided to this lab"}
+        try:
+            return {"ok": self.on_callback(frame["callback"])}
+        except Exception as exc:  # noqa: BLE001 - refused or failed: the student's call raises
+            return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
     def _pump(self) -> None:
         """Send what the socket takes now of the queued requests, without waiting."""
@@ -319,8 +340,12 @@ class Zygote:
         it has ended for any reason (then every worker it would fork is lost)."""
         return self._proc is not None and self._proc.poll() is None
 
-    def spawn(self, *, submission: str, lab: str, forbidden: list[str]) -> Worker:
-        """A fresh worker for ``lab`` whose only files are those in ``submission``."""
+    def spawn(self, *, submission: str, lab: str, forbidden: list[str],
+              provided: dict[str, list[str]] | None = None) -> Worker:
+        """A fresh worker for ``lab`` whose only files are those in ``submission``.
+
+        ``provided``: other lab -> names that the worker's imports of that lab get as
+        proxies answered through ``Worker.on_callback`` (protocol "Callbacks")."""
         if self._control is None:
             self.start()
         if not self.alive:
@@ -341,6 +366,7 @@ class Zygote:
             "read_only_paths": read_only_paths(),
             "hide_paths": hidden_paths(self.hide),
             "limits": self.limits.to_dict(),
+            "provided": {str(k): list(v) for k, v in (provided or {}).items()},
             # Plain mode: processes a worker may never signal (with their groups).
             "protected_pids": sorted({os.getpid(), os.getpgrp(), self.pid or 0,
                                       zygote_group} - {0}),

@@ -45,6 +45,22 @@ Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an e
   state_dict  dict[str, Tensor]: the built module's state dict
   buffer      Tensor: the built module's buffer ``name``
 
+Callbacks go the other way. A lab may import another lab (lab2 imports lab1's
+``scaled_dot_product_attention``). Unless the rubric grades cumulatively, the worker of the
+lab under test does not load the student's other lab: its names are proxies that ask the
+grader, which answers with the course's reference (only values cross; no reference code
+enters the worker), so a lab's points depend on that lab's code alone:
+
+  worker -> grader  {"callback": callback_request(...)}, while answering a request
+  grader -> worker  {"callback_reply": {"ok": value} | {"error": str}}
+
+  lab, target   str: the other lab's module and the function in it
+  args, kwargs  as for "call"; seed: int, the CPU generator's seed before the call
+  grad_outputs  None for the value; else list[Tensor | None] as for "grad", and the value
+                is {"output": ..., "grads": [one per floating tensor of ``args`` then
+                ``kwargs`` (by sorted key), in that order (``callback_leaves``): its
+                gradient, or None]}
+
 Imported by path in the zygote and the worker (``import protocol``), and as
 ``grader.sandbox.protocol`` in the grader: it imports only the stdlib and torch.
 """
@@ -99,6 +115,48 @@ def grad_request(target, args, kwargs: dict, grad_outputs, seed: int = 0) -> dic
     else:
         req["target"] = target
     return req
+
+
+def callback_request(lab: str, target: str, args, kwargs: dict, seed: int,
+                     grad_outputs=None) -> dict:
+    """A worker's call of another lab's ``target`` (see "Callbacks" above)."""
+    return {"lab": lab, "target": target, "args": list(args), "kwargs": dict(kwargs),
+            "seed": int(seed), "grad_outputs": None if grad_outputs is None
+            else list(grad_outputs)}
+
+
+def callback_leaves(args: list, kwargs: dict) -> list[tuple[str, int | str]]:
+    """Where a callback's floating tensors are, in the order of its "grads": ("arg", i) and
+    ("kwarg", key) for each top-level floating tensor of ``args``, then ``kwargs`` by key."""
+    where: list[tuple[str, int | str]] = [
+        ("arg", i) for i, a in enumerate(args)
+        if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    where += [("kwarg", k) for k in sorted(kwargs)
+              if isinstance(kwargs[k], torch.Tensor) and kwargs[k].is_floating_point()]
+    return where
+
+
+def answer_callback(fn, req: dict):
+    """The reply value to a callback: ``fn`` (the reference's ``target``) run seeded."""
+    args, kwargs = list(req["args"]), dict(req["kwargs"])
+    grad_outputs = req.get("grad_outputs")
+    _seed(req.get("seed", 0))
+    if grad_outputs is None:
+        return plain(fn(*args, **kwargs))
+    leaves = []
+    for kind, key in callback_leaves(args, kwargs):
+        box = args if kind == "arg" else kwargs
+        box[key] = box[key].detach().clone().requires_grad_(True)
+        leaves.append(box[key])
+    with torch.enable_grad():
+        output = fn(*args, **kwargs)
+        pairs = [(o, g) for o, g in zip(flat_tensors(output), grad_outputs, strict=False)
+                 if g is not None and o.requires_grad]
+        if pairs:
+            loss = sum((o * g.to(o.dtype)).sum() for o, g in pairs)
+            loss.backward()
+    return {"output": plain(output),
+            "grads": [None if t.grad is None else t.grad.detach().clone() for t in leaves]}
 
 
 def state_dict_request(spec: dict) -> dict:

@@ -21,6 +21,8 @@ import os
 import sys
 import traceback
 
+import torch
+
 import forbidden
 import protocol
 import wire
@@ -142,6 +144,86 @@ class CappedText(io.TextIOBase):
         return out
 
 
+MAX_CALLBACKS = 256     # calls into other labs while answering one request
+
+
+class OtherLabs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """The other labs a lab imports, as proxies the grader answers (protocol "Callbacks").
+
+    ``provided``: other lab -> the names it offers. Only those names exist in the proxy
+    module; calling one sends the values to the grader, which runs the course's reference
+    and sends the values back. Gradients flow through a proxy call: its backward asks the
+    grader for the reference's gradients, with the same seed (the same dropout mask).
+    """
+
+    def __init__(self, server: "Server", provided: dict):
+        self.server, self.provided = server, {str(k): [str(n) for n in v]
+                                              for k, v in provided.items()}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.provided:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__doc__ = ("The course's reference answers these calls while this lab is "
+                          "graded: your own file of this lab is graded on its own.")
+        for name in self.provided[module.__name__]:
+            setattr(module, name, _proxy(self.server, module.__name__, name))
+
+
+def _proxy(server: "Server", lab: str, target: str):
+    def call(*args, **kwargs):
+        # Drawn from the worker's generator (seeded per request): deterministic, and the
+        # backward pass replays the same dropout mask.
+        seed = int(torch.randint(0, 2**31 - 1, (1,)))
+        args, kwargs = list(args), dict(kwargs)
+        where = protocol.callback_leaves(args, kwargs)
+        leaves = [args[k] if kind == "arg" else kwargs[k] for kind, k in where]
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in leaves)):
+            return server.callback(protocol.callback_request(lab, target, args, kwargs, seed))
+        shape = {}
+        outputs = _Remote.apply(server, lab, target, args, kwargs, seed, shape, *leaves)
+        return _rebuild(shape["value"], iter(outputs))
+
+    call.__name__ = call.__qualname__ = target
+    call.__doc__ = f"{lab}.{target}, answered by the course's reference while grading."
+    return call
+
+
+class _Remote(torch.autograd.Function):
+    """A proxy call that gradients flow through (forward and backward by callback)."""
+
+    @staticmethod
+    def forward(ctx, server, lab, target, args, kwargs, seed, shape, *leaves):
+        value = server.callback(protocol.callback_request(lab, target, args, kwargs, seed))
+        shape["value"] = value
+        ctx.call = (server, lab, target, args, kwargs, seed)
+        return tuple(protocol.flat_tensors(value))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        server, lab, target, args, kwargs, seed = ctx.call
+        reply = server.callback(protocol.callback_request(lab, target, args, kwargs, seed,
+                                                          grad_outputs=grad_outputs))
+        grads = reply.get("grads") if isinstance(reply, dict) else None
+        if not isinstance(grads, list):
+            raise RuntimeError(f"{lab}.{target}: no gradients came back")
+        return (None,) * 7 + tuple(grads)
+
+
+def _rebuild(value, tensors):
+    """``value`` with its tensors, depth first, replaced by the next of ``tensors``."""
+    if isinstance(value, torch.Tensor):
+        return next(tensors)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_rebuild(v, tensors) for v in value)
+    return value
+
+
 class Server:
     def __init__(self, sock, config):
         self.sock = sock
@@ -150,6 +232,27 @@ class Server:
         self.stdout = CappedText()
         self.module = None
         self.import_error = None
+        self.queued: list = []          # requests read while waiting for a callback reply
+        self.callbacks = 0
+
+    def callback(self, req: dict):
+        """Ask the grader for another lab's answer (protocol "Callbacks"); its value."""
+        self.callbacks += 1
+        if self.callbacks > MAX_CALLBACKS:
+            raise RuntimeError(f"more than {MAX_CALLBACKS} calls into other labs in one call")
+        req = protocol.plain(req)       # plain tensors only (no subclass, no graph)
+        self.sock.sendall(wire.encode({"callback": req}))
+        while True:
+            frame = wire.recv_frame(self.sock)
+            if isinstance(frame, dict) and "callback_reply" in frame:
+                break
+            self.queued.append(frame)   # a request sent ahead: answered after this one
+        reply = frame["callback_reply"]
+        if not isinstance(reply, dict) or "ok" not in reply:
+            error = reply.get("error") if isinstance(reply, dict) else None
+            raise RuntimeError(f"{req['lab']}.{req['target']}: the grader could not answer "
+                               f"({error})")
+        return reply["ok"]
 
     def lab_module(self):
         if self.module is None and self.import_error is None:
@@ -171,10 +274,11 @@ class Server:
     def serve(self):
         while True:
             try:
-                req = wire.recv_frame(self.sock)
+                req = self.queued.pop(0) if self.queued else wire.recv_frame(self.sock)
             except wire.PeerClosed:
                 return
             self.stdout.take()
+            self.callbacks = 0
             try:
                 reply = {"ok": self.handle(req)}
             except _ImportFailed:
@@ -202,6 +306,9 @@ def serve(sock, config, bindings) -> None:
     sys.stdout = sys.stderr = server.stdout
     sys.path[:] = [p for p in sys.path if p and p != "."]  # never the cwd
     forbidden.install(config["lab"], config["forbidden"], bindings)
-    # Lab modules come only from the submission folder, ahead of every other finder.
+    # Lab modules come only from the submission folder, ahead of every other finder; the
+    # other labs this lab may import are the grader's proxies, ahead of those.
     sys.meta_path.insert(0, LabFinder(config["folder"], config["lab"], config["forbidden"]))
+    if config.get("provided"):
+        sys.meta_path.insert(0, OtherLabs(server, config["provided"]))
     server.serve()
