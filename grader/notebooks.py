@@ -25,7 +25,7 @@ from pathlib import Path
 from grader.intake.notebook import hidden_test_id
 import contextlib
 
-__all__ = ["GraderUnavailable", "TestFailed", "check"]
+__all__ = ["GraderUnavailable", "TestFailed", "check", "provided_when_graded"]
 
 KERNEL_GRADE_TIMEOUT_S = 900
 _LAB_RE = re.compile(r"lab\d+_\w+")
@@ -53,6 +53,18 @@ class TestFailed(AssertionError):
 
 class GraderUnavailable(TestFailed):
     """The grader itself could not run; the test counts as failed."""
+
+
+def provided_when_graded(lab: str, name: str):
+    """What ``from <lab> import <name>`` gives a notebook with no ``<lab>.py`` beside it: a
+    function that says how to run it here. Graded, the lab gets the course's reference."""
+    def unavailable(*args, **kwargs):
+        raise RuntimeError(
+            f"{name} comes from {lab}.py, which is not in this notebook's folder: put your "
+            f"{lab}.py there to run it here. (When this lab is graded, the grader gives it "
+            f"the course's {name}: your {lab} costs this lab no points.)")
+    unavailable.__name__ = unavailable.__qualname__ = name
+    return unavailable
 
 
 def _kernel_cells() -> list[dict]:

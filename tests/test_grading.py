@@ -20,6 +20,13 @@ from grader.errors import EXIT_GRADER_FAULT, GraderFault, SandboxError
 from grader.grading import Grader
 from grader.outputs.gradescope import write_gradescope
 from grader.sandbox import Zygote
+import dataclasses
+import torch
+from grader.engine.reference import load_reference
+from grader.engine.student import Session
+from grader.errors import RubricError
+from grader.rubric import load_rubric
+from grader.sandbox import protocol
 
 
 def lab_scores(result) -> dict[str, tuple[float, float, str]]:
@@ -91,10 +98,14 @@ def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
     assert lab1.status == "import_error"
     assert f"lab1_attention.py:{bad_line}" in lab1.message
     assert "SyntaxError" in lab1.message
-    # lab2 imports lab1, so it cannot import either, and says where.
-    assert result.lab("lab2_multihead").status == "import_error"
-    assert "lab1_attention.py" in result.lab("lab2_multihead").message
+    # lab2 imports lab1: graded on its own (the reference answers its lab1 calls), it keeps
+    # its points; graded cumulatively it cannot import either, and says where.
+    assert result.lab("lab2_multihead").score == result.lab("lab2_multihead").max_score
     assert result.lab("lab3_positional").score == result.lab("lab3_positional").max_score
+    both = grade(submission, rubric=dataclasses.replace(rubric, lab_imports="student"),
+                 zygote=zygote)
+    assert both.lab("lab2_multihead").status == "import_error"
+    assert "lab1_attention.py" in both.lab("lab2_multihead").message
 
 
 def _syntax_error_line(source: str) -> int:
@@ -199,3 +210,59 @@ def test_a_submission_that_ends_its_own_worker_is_scored_as_its_own_fault(rubric
     crashed = [t for t in lab.tests if not t.passed]
     assert crashed and all("crashed the worker process" in t.message for t in crashed), \
         [t.message for t in crashed]
+
+
+@pytest.mark.parametrize("name", ["bug_nan_blocked_rows", "bug_softmax_dim", "broken_syntax"])
+def test_a_labs_points_depend_on_its_own_code_only(name, rubric, zygote, tmp_path):
+    """lab2 imports lab1: while lab2 is graded the course's reference answers its calls of
+    lab1 (gradients included), so a lab1 bug costs lab1's points and no lab2 point. With
+    ``lab_imports: student`` (cumulative grading) the student's own lab1 is used."""
+    submission = make_submission(name, tmp_path / name)
+    own = grade(submission, rubric=rubric, zygote=zygote)
+    assert own.lab("lab1_attention").score < own.lab("lab1_attention").max_score
+    lab2 = own.lab("lab2_multihead")
+    assert lab2.status == "graded" and lab2.score == lab2.max_score, \
+        [(t.name, t.message) for t in lab2.tests if not t.passed]
+
+    cumulative = dataclasses.replace(rubric, lab_imports="student")
+    both = grade(submission, rubric=cumulative, zygote=zygote)
+    assert both.lab("lab2_multihead").score < lab2.max_score
+
+
+def test_lab_imports_is_validated_with_file_and_line(tmp_path):
+    path = tmp_path / "rubric.yaml"
+    text = paths.RUBRIC.read_text()
+    line = text[: text.index("\nversion: 1\n")].count("\n") + 3
+    path.write_text(text.replace("\nversion: 1\n", "\nversion: 1\nlab_imports: mine\n", 1))
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert exc.value.errors == [f"{path}:{line}: lab_imports: expected one of reference, "
+                                "student, got the string 'mine'"]
+    path.write_text(text.replace("\nversion: 1\n", "\nversion: 1\nlab_imports: student\n", 1))
+    assert load_rubric(path).lab_imports == "student"
+    assert load_rubric(paths.RUBRIC).lab_imports == "reference"
+
+
+def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_path):
+    """The proxy module holds the other lab's contract names only, and the trusted side
+    refuses a forged call of anything else."""
+    submission = make_submission("ok_einsum", tmp_path / "sub")
+    lab2 = submission / "lab2_multihead.py"
+    lab2.write_text(lab2.read_text() + (
+        "\n\nimport lab1_attention as _l1\n\n"
+        "def _probe_names():\n"
+        "    return sorted(n for n in dir(_l1) if not n.startswith('_'))\n"))
+    with Grader(rubric, zygote=zygote) as grader:
+        result = grader.grade(submission, labs=["lab2_multihead"])
+    assert result.lab("lab2_multihead").score == result.lab("lab2_multihead").max_score
+    session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
+                      provided={"lab2_multihead": {"lab1_attention": ["causal_mask"]}})
+    with pytest.raises(ValueError, match="is not provided"):
+        session._callback("lab2_multihead", protocol.callback_request(
+            "lab1_attention", "scaled_dot_product_attention", [], {}, 0))
+    with pytest.raises(ValueError, match="is not provided"):
+        session._callback("lab1_attention", protocol.callback_request(
+            "lab1_attention", "causal_mask", [3], {}, 0))
+    assert torch.equal(session._callback("lab2_multihead", protocol.callback_request(
+        "lab1_attention", "causal_mask", [3], {}, 0)),
+        load_reference("lab1_attention").causal_mask(3))

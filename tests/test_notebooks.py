@@ -50,6 +50,7 @@ def needs_nbgrader(test):
 FIXTURES = Path(__file__).parent / "fixtures"
 NB_FIXTURES = FIXTURES / "notebooks"
 LAB1 = "lab1_attention"
+LAB2 = "lab2_multihead"
 
 
 def _nb(path: Path) -> dict:
@@ -542,7 +543,12 @@ def graded_course(tmp_path_factory, rubric):
         _write_nb(nb, course / "submitted" / student / LAB1 / f"{LAB1}.ipynb")
     auto = _nbgrader(env, course, "autograde", LAB1, "--create")
     _nbgrader(env, course, "generate_feedback", LAB1)
-    return {"course": course, "env": env, "autograde_log": auto.stdout + auto.stderr}
+    # dan hands in the lab 2 notebook alone (no lab1_attention.py anywhere), solved.
+    _write_nb(_nb(course / "source" / LAB2 / f"{LAB2}.ipynb"),
+              course / "submitted" / "dan" / LAB2 / f"{LAB2}.ipynb")
+    auto2 = _nbgrader(env, course, "autograde", LAB2, "--create")
+    return {"course": course, "env": env, "autograde_log": auto.stdout + auto.stderr,
+            "autograde_lab2_log": auto2.stdout + auto2.stderr}
 
 
 @needs_nbgrader
@@ -587,6 +593,17 @@ def test_autograde_full_untouched_and_one_bug(graded_course, rubric):
     result = grade_submission(FIXTURES / "submissions" / "bug_causal_off_by_one" / f"{LAB1}.py",
                               rubric=rubric, labs=[LAB1])
     assert scores["carol"] == result.score
+
+
+@needs_nbgrader
+def test_the_lab2_notebook_alone_autogrades_to_full_marks(graded_course, rubric):
+    """Stock nbgrader, the lab 2 notebook alone: its import of lab 1 runs in the kernel
+    without a lab1_attention.py, and the grader gives lab 2 the course's lab 1."""
+    db = f"sqlite:///{graded_course['course'] / 'gradebook.db'}"
+    with Gradebook(db) as gb:
+        dan = gb.find_submission(LAB2, "dan")
+        assert dan.score == dan.max_score == rubric.labs[LAB2].max_points, \
+            graded_course["autograde_lab2_log"][-4000:]
 
 
 @needs_nbgrader

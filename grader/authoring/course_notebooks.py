@@ -164,6 +164,30 @@ def _lab_imports(tree) -> list[str]:
     return sorted(set(mods))
 
 
+def _lab_imports_for_the_kernel(text: str) -> str:
+    """The imports cell with each ``from labN_x import name`` made safe for a kernel that
+    has no ``labN_x.py`` beside the notebook (the notebook alone, as nbgrader grades it):
+    the name then stands for a function that says how to run it here. Graded, the import
+    itself succeeds (the grader provides the lab), so the fallback never runs there."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    lines = text.split("\n")
+    for stmt in reversed(tree.body):
+        if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module
+                and _LAB_RE.fullmatch(stmt.module)):
+            continue
+        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in stmt.names)
+        block = ["try:", f"    from {stmt.module} import {names}",
+                 f"except ModuleNotFoundError:   # no {stmt.module}.py beside this notebook",
+                 "    from grader.notebooks import provided_when_graded"]
+        block += [f"    {a.asname or a.name} = provided_when_graded({stmt.module!r}, {a.name!r})"
+                  for a in stmt.names]
+        lines[stmt.lineno - 1:stmt.end_lineno] = block
+    return "\n".join(lines)
+
+
 def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
                    dependencies_included: bool = False) -> dict:
     """The nbgrader source notebook of *lab* (a JSON-ready dict)."""
@@ -210,8 +234,10 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
     deps = _lab_imports(tree)
     if deps and not dependencies_included:
         files = ", ".join(f"`{d}.py`" for d in deps)
-        how.append(f"- This lab imports your earlier work: put your {files} in the same folder "
-                   "as this notebook.")
+        how.append(f"- This lab imports an earlier lab ({files}). When it is graded, those "
+                   "imports give the course's reference code, so your earlier labs cost this "
+                   "lab no points (unless your instructor grades cumulatively). To run this "
+                   f"notebook here, put your {files} in the same folder as this notebook.")
     cells.append(_md("how-it-works", "\n".join(how)))
 
     used_ids: set[str] = set()
@@ -228,6 +254,8 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
         text = _cell_text(lines, first, last, inside)
         if not text.strip():
             continue
+        if _kind == "imports" and not dependencies_included:
+            text = _lab_imports_for_the_kernel(text)
         if inside:
             gid = unique(f"solution_{name}")
             cells.append(_code(_cell_id(gid), text, {"grade": False, "solution": True,
