@@ -9,7 +9,7 @@ definition of a name wins), and it is made tolerant of what students do to noteb
   needed, only the code; the lab's given imports (from ``solutions/``, never a lab module) are put
   on line 1, so a deleted or moved import cell costs nothing;
 - autograder test cells are left out: nbgrader "Autograder tests" cells (``grade`` and not
-  ``solution``) and any cell that holds :data:`TEST_CELL_MARKER` or calls ``grader.notebooks``;
+  ``solution``) and any cell that holds :data:`TEST_CELL_MARKER` or uses ``grader.notebooks.check``;
 - IPython syntax is left out: ``%magic`` and ``!shell`` lines, ``name?`` help lines, and cells
   run by a cell magic other than ``%%time``/``%%capture``;
 - a cell that is not valid Python on its own is left out, with a note (in a kernel it would not
@@ -111,13 +111,17 @@ def _text(value) -> str | None:
     return None
 
 
+_CHECK_RE = re.compile(r"\bgrader\.notebooks\b[^\n]*\bcheck\b|\bgrader\.notebooks\.check\b")
+
+
 def is_test_cell(source: str, metadata: object = None) -> bool:
-    """An autograder test cell: nbgrader "Autograder tests" metadata, our marker, or a call
-    into ``grader.notebooks`` (a test cell a student copied)."""
+    """An autograder test cell: nbgrader "Autograder tests" metadata, our marker, or a use
+    of ``grader.notebooks.check`` (a test cell a student copied). The lab-import fallback
+    of a given cell (``grader.notebooks.provided_when_graded``) is not one."""
     nb = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     if isinstance(nb, dict) and nb.get("grade") is True and not nb.get("solution"):
         return True
-    return TEST_CELL_MARKER in source or "grader.notebooks" in source
+    return TEST_CELL_MARKER in source or bool(_CHECK_RE.search(source))
 
 
 def parse_notebook(data: bytes, *, name: str) -> list[Cell]:
