@@ -24,8 +24,9 @@ import pytest
 from helpers import grade, make_submission
 from grader import batch, paths
 from grader.batch import grade_batch
-from grader.errors import ZipRejected
+from grader.errors import SandboxError, ZipRejected
 from grader.intake.zips import check_zip, unpack_zip
+from grader.batch.pool import INTERNAL_ERROR, grade_task
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STUDENTS = ["alice", "bob", "carol", "dave", "erin", "frank", "gina"]
@@ -400,3 +401,24 @@ def test_listing_skips_hidden_and_flags_clashes(tmp_path):
     assert entries["alice"].problem == "" and entries["carol"].kind == "zip"
     assert entries["bob"].problem == "more than one submission for bob (bob, bob.zip); keep one"
     assert entries["grades.csv"].problem == "grades.csv has the name of a gradebook file; rename it"
+
+
+class _FaultyGrader:
+    """A Grader whose sandbox fails (a grader fault, not the student's doing)."""
+    sandbox_pid = None
+
+    def grade(self, submission, **kwargs):
+        raise SandboxError("the sandbox zygote stopped during grading")
+
+
+def test_a_grader_fault_is_recorded_for_regrading_never_scored(rubric, tmp_path):
+    sub = make_submission("ok_einsum", tmp_path / "ada")
+    task = {"student": "ada", "path": str(sub), "kind": "folder",
+            "fingerprint": {"submission": "x", "rubric": "y", "suites": "z"}}
+    reply = grade_task(task, rubric=rubric, out=tmp_path / "out", grader=_FaultyGrader())
+    assert reply["restart"] is True                 # a fresh Grader, and the student again
+    assert reply["status"].startswith(INTERNAL_ERROR)
+    assert "SandboxError: the sandbox zygote stopped" in reply["status"]
+    data = json.loads((tmp_path / "out" / "ada" / "results.json").read_text())
+    assert data["extra_data"]["status"] == reply["status"]
+    assert not (tmp_path / "out" / "ada" / "fingerprint.json").exists()   # regraded next run
