@@ -40,6 +40,14 @@ from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.sandbox import Limits, Zygote, make_scratch, protocol
 
 VISIBILITIES = ("public", "hidden")
+TEST_TEXT_CAP = 2048        # characters of a test's message (and of its diagnosis, of a note)
+MAX_NOTES = 16              # notes about a submission (a file found elsewhere, cells left out)
+
+
+def _capped(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    return text[: cap - 14] + " ... (cut off)" if cap > 28 else text[:cap]
 
 
 class Grader:
@@ -267,7 +275,7 @@ class Grader:
             why = "; ".join(collection_errors)[:500] or "no outcome"
             raise GradingIncomplete(f"{result.status} ({why}); nothing was scored, grade it "
                                     "again")
-        result.notes.extend(clean.notes)
+        result.notes.extend(_capped(n, TEST_TEXT_CAP) for n in clean.notes[:MAX_NOTES])
         return result
 
 
@@ -354,7 +362,8 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                 (c.artifacts for c in cases if not c.passed and c.artifacts), [])
             lab_result.tests.append(TestResult(
                 lab=lab, name=name, description=desc, visibility=t.visibility,
-                max_score=t.points, passed=passed, message=msg, duration_s=dur,
-                diagnosis="" if passed else diagnosis, artifacts=[] if passed else artifacts))
+                max_score=t.points, passed=passed, message=_capped(msg, TEST_TEXT_CAP),
+                duration_s=dur, diagnosis="" if passed else _capped(diagnosis, TEST_TEXT_CAP),
+                artifacts=[] if passed else artifacts))
         result.labs.append(lab_result)
     return result

@@ -412,6 +412,12 @@ def check_scores(result, expect: dict) -> None:
         lab = by_lab[name]
         failing = {t.name: t.message for t in lab.tests if not t.passed}
         assert not failing and lab.status == "graded", f"{name} must keep full marks: {failing}"
+    # A hidden test's output can hold no string the student's code chose.
+    for text in expect.get("hidden_feedback_free_of", []):
+        for name in expect["attacked"]:
+            shown = [(t.name, t.message, t.diagnosis) for t in by_lab[name].tests
+                     if t.visibility == "hidden" and text in t.message + t.diagnosis]
+            assert shown == [], shown
     wanted = expect.get("feedback_contains", [])
     if wanted:
         messages = "\n".join(t.message for name in expect["attacked"]
@@ -442,7 +448,7 @@ def test_every_attack_fixture_is_well_formed():
         assert expect.get("description") and expect.get("attacked"), name
         assert set(expect) <= {"description", "attacked", "intact", "base", "visibility",
                                "time_limit_s", "cli", "process_names", "feedback_contains",
-                               "secret_env"}, name
+                               "secret_env", "hidden_feedback_free_of"}, name
 
 
 def test_gate_control_a_succeeding_attack_would_score(rubric, attack_zygote, env):

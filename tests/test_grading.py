@@ -266,3 +266,16 @@ def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_pat
     assert torch.equal(session._callback("lab2_multihead", protocol.callback_request(
         "lab1_attention", "causal_mask", [3], {}, 0)),
         load_reference("lab1_attention").causal_mask(3))
+
+
+@pytest.mark.parametrize("err", [{"mro": 5}, {"mro": [1, None]}, {"type": ["x"] * 3},
+                                 {"message": {"a": 1}, "where": 7}, {}])
+def test_a_worker_error_reply_of_any_shape_reads_as_the_students_exception(err):
+    """Student code can write to the worker's channel: an error reply's fields are read as
+    capped text of the expected types, whatever came."""
+    from grader.engine.student import _error_from_reply
+
+    got = _error_from_reply(err, "lab1_attention", "")
+    assert got.kind == "exception" and isinstance(got.type_name, str) and got.type_name
+    assert got.describe(hidden=True) in ("your code raised Exception",
+                                         "your code raised an exception")

@@ -212,3 +212,22 @@ def test_grade_format_junit_writes_results_xml(graded, tmp_path):
             for c in root.iter("testcase")] == \
         [("lab1_attention", t.name, t.passed) for t in result.labs[0].tests]
     assert (tmp_path / "results.json").is_file()
+
+
+def test_results_json_stays_small_whatever_the_messages():
+    """2 kB per test's output and 64 kB for the whole report, whatever a result holds."""
+    from grader.outputs.gradescope import REPORT_TEXT_CAP, TEST_OUTPUT_CAP, gradescope_payload
+
+    lab = LabResult(name="lab1_attention", title="t", file="lab1_attention.py",
+                    message="m" * 100_000)
+    for i in range(200):
+        lab.tests.append(CaseResult(lab=lab.name, name=f"test_{i}", description="d",
+                                    visibility="hidden", max_score=1, passed=False,
+                                    message="x" * 50_000, diagnosis="y" * 50_000))
+    result = SubmissionResult(submission="s", labs=[lab], notes=["n" * 100_000])
+    payload = gradescope_payload(result)
+    outputs = [t["output"] for t in payload["tests"]]
+    assert len(outputs) == 200 and all(len(o) <= TEST_OUTPUT_CAP for o in outputs)
+    assert sum(map(len, outputs)) + len(payload["output"]) <= REPORT_TEXT_CAP
+    assert outputs[0].endswith("(cut off)")
+    assert len(json.dumps(payload)) < 2 * REPORT_TEXT_CAP

@@ -8,6 +8,7 @@ next test. See docs/internals.md section 3 for the API the suites use.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import time
@@ -19,6 +20,21 @@ from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.reference import load_reference
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, protocol,
                             wire)
+
+
+def _exception_names() -> frozenset[str]:
+    """The exception type names a hidden test may show: Python's built-in exceptions and
+    torch's own. Any other name is the student's choice, and so a channel out of the test."""
+    names = {n for n, v in vars(builtins).items()
+             if isinstance(v, type) and issubclass(v, BaseException)}
+    for module in (torch, torch.linalg, torch.cuda):
+        names |= {n for n, v in vars(module).items()
+                  if isinstance(v, type) and issubclass(v, BaseException)}
+    return frozenset(names)
+
+
+SHOWN_EXCEPTIONS = _exception_names()
+TEXT_CAP = 2000             # characters of any one piece of text from a worker
 
 
 class StudentError(Exception):
@@ -34,7 +50,11 @@ class StudentError(Exception):
         super().__init__(self.describe(hidden=False))
 
     def describe(self, *, hidden: bool) -> str:
-        """A teaching sentence. Hidden tests keep the kind and place, not the message text."""
+        """A teaching sentence. For a hidden test nothing the student's code chose: the
+        kind of failure only, an exception's type by a fixed list of built-in and torch
+        names ("an exception" for any other), no message, no place, no function name."""
+        if hidden:
+            return self._describe_hidden()
         at = f" at {self.where}" if self.where else ""
         if self.kind == "not_implemented":
             return f"not implemented yet ({self.message or self.type_name}{at})"
@@ -46,17 +66,37 @@ class StudentError(Exception):
             return f"forbidden API: {self.message}"
         if self.kind == "import":
             return f"{self.lab}.py could not be imported: {self.type_name}{at}: {self.message}"
-        if hidden:
-            return f"your code raised {self.type_name}{at}"
         return f"your code raised {self.type_name}{at}: {self.message}"
+
+    def _describe_hidden(self) -> str:
+        if self.kind == "not_implemented":
+            return "not implemented yet"
+        if self.kind == "timeout":
+            return self.message                   # the grader's own words
+        if self.kind == "crash":
+            return ("your code crashed the worker process (it exited or was killed before "
+                    "answering, or wrote to the grader's channel)")
+        if self.kind == "forbidden":
+            return "your code used an API this lab may not use (see the lab's rules)"
+        if self.kind == "import":
+            return f"{self.lab}.py could not be imported"
+        name = self.type_name if self.type_name in SHOWN_EXCEPTIONS else "an exception"
+        return f"your code raised {name}"
 
 
 class StudentTimeout(StudentError):
     pass
 
 
+def _text(value, cap: int = TEXT_CAP) -> str:
+    """A worker-sent value as capped text (a worker may send anything in any field)."""
+    return (value if isinstance(value, str) else "")[:cap]
+
+
 def _error_from_reply(err: dict, lab: str, stdout: str) -> StudentError:
-    mro = err.get("mro") or [err.get("type", "Exception")]
+    mro = err.get("mro")
+    mro = [_text(m, 200) for m in mro[:64]] if isinstance(mro, list) else []
+    mro = mro or [_text(err.get("type"), 200) or "Exception"]
     if "ForbiddenAPIError" in mro:
         kind = "forbidden"
     elif err.get("import_failed"):
@@ -65,9 +105,9 @@ def _error_from_reply(err: dict, lab: str, stdout: str) -> StudentError:
         kind = "not_implemented"
     else:
         kind = "exception"
-    return StudentError(kind=kind, type_name=str(err.get("type", "Exception")), mro=mro,
-                        message=str(err.get("message", "")), where=str(err.get("where", "")),
-                        lab=lab, stdout=stdout)
+    return StudentError(kind=kind, type_name=_text(err.get("type"), 200) or "Exception",
+                        mro=mro, message=_text(err.get("message")),
+                        where=_text(err.get("where"), 300), lab=lab, stdout=stdout)
 
 
 MAX_RECORDED_CALLS = 200      # per test; a test making more keeps the first ones
