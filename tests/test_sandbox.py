@@ -8,6 +8,7 @@ machine allows is tested: ``root`` (when the tests run as root), ``userns`` and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -639,3 +640,100 @@ def _running(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+FORGER = b'''
+import os, stat, sys
+
+def _channel():
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                return fd
+        except OSError:
+            pass
+
+def forge_then(x):
+    """An extra, well-formed reply goes first: later replies would be one call late."""
+    os.write(_channel(), sys.modules["wire"].encode({"ok": "FORGED", "seq": 2}))
+    return x
+
+def echo(y):
+    return y
+'''
+OVERFLOW = FORGER + b'''
+# At import: a frame whose tensor's strides overflow (torch raises RuntimeError on it).
+_h = b'{"ok": {"__tensor__": 0, "dtype": "float32", "shape": [0, 4611686018427387904, 4]}, "seq": 1}'
+os.write(_channel(), sys.modules["wire"].PREFIX.pack(len(_h), 0) + _h)
+'''
+
+
+def test_a_frame_written_by_student_code_is_never_taken_for_another_reply(zyg):
+    from grader.engine.student import Session, StudentError, StudentLab
+
+    scratch = make_scratch({"lab1_forge.py": FORGER})
+    session = Session(zygote=zyg, submission_dir=scratch.name, forbidden={})
+    try:
+        lab = StudentLab(session, "lab1_forge")
+        session.start_test(10, test="t1", lab="lab1_forge")
+        got = []
+        for call in (("forge_then", 1), ("echo", 2), ("echo", 3)):
+            try:
+                got.append(lab.call(*call))
+            except StudentError as exc:
+                got.append(exc.kind)
+                assert "wrote to the grader's channel" in exc.describe(hidden=False)
+        # The forged frame answers nothing: each call's value is its own, or a crash.
+        assert got[0] in (1, "crash") and "FORGED" not in got
+        assert got[1] in (2, "crash") and got[2] in (3, "crash") and "crash" in got
+    finally:
+        session.close()
+        scratch.cleanup()
+
+
+def test_a_frame_that_cannot_be_decoded_ends_the_worker_not_the_grader(zyg):
+    from grader.engine.student import Session
+
+    scratch = make_scratch({"lab1_overflow.py": OVERFLOW})
+    session = Session(zygote=zyg, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(10, test="t", lab="lab1_overflow")
+        error = session.probe("lab1_overflow")       # the import writes the frame
+        assert error is not None and error.kind == "crash", error
+    finally:
+        session.close()
+        scratch.cleanup()
+
+
+def test_wire_decode_fuzzed_raises_nothing_but_wire_error():
+    """Frames a worker could send, mutated at random: decoding only ever gives a value or a
+    WireError (never a RuntimeError, TypeError... in the trusted process)."""
+    import json
+    import random
+
+    rng = random.Random(20261201)
+    dims = [0, 1, 2, 3, 7, 2**31, 2**62, 2**63 - 1, -1]
+    scalars = [None, True, 0, -1, 1.5, "x", [], {}, 2**64]
+
+    def value(depth=0):
+        roll = rng.random()
+        if depth > 3 or roll < 0.3:
+            return rng.choice(scalars)
+        if roll < 0.55:
+            return {"__tensor__": rng.choice([0, 1, -1, True, "0"]),
+                    "dtype": rng.choice(["float32", "float64", "bool", "int64", "object", 5]),
+                    "shape": [rng.choice(dims) for _ in range(rng.randint(0, 4))]}
+        if roll < 0.7:
+            return {rng.choice(["__tuple__", "__dict__", "__float__", "ok", "mro"]):
+                    rng.choice([[value(depth + 1)], [[value(depth + 1), 1]], "nan", 5])}
+        if roll < 0.85:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {"ok": value(depth + 1), "error": value(depth + 1)}
+
+    for _ in range(3000):
+        header = json.dumps(value()).encode()
+        if rng.random() < 0.1:
+            header = header[: rng.randint(0, len(header))]
+        payload = bytearray(rng.randbytes(rng.choice([0, 8, 16, 24, 64])))
+        with contextlib.suppress(wire.WireError):
+            wire.decode(header, payload)

@@ -119,6 +119,7 @@ class Worker:
     # the bytes of them the socket has not taken yet.
     pending: int = 0
     _outbox: bytearray = field(default_factory=bytearray, repr=False)
+    answered: int = 0           # replies read; the worker numbers each reply (its "seq")
     # Answers the worker's calls into other labs (protocol "Callbacks"): request -> value;
     # raises to refuse. None: this worker is provided no other lab.
     on_callback: Callable[[dict], object] | None = None
@@ -167,6 +168,14 @@ class Worker:
                 header = bytes(self._read(header_len, deadline))
                 frame = wire.decode(header, self._read(payload_len, deadline))
                 if not (isinstance(frame, dict) and "callback" in frame):
+                    # A frame that is not the reply to the oldest request (student code
+                    # wrote to the channel) ends the worker: no reply is ever matched to
+                    # the wrong request.
+                    if not (isinstance(frame, dict) and frame.get("seq") == self.answered + 1
+                            and type(frame.get("seq")) is int):
+                        raise wire.WireError("a frame out of turn: the code under test wrote "
+                                             "to the grader's channel")
+                    self.answered += 1
                     self.pending -= 1
                     return frame
                 self._outbox += wire.encode({"callback_reply": self._callback(frame)})
@@ -175,7 +184,8 @@ class Worker:
         except socket.timeout:
             self.kill()
             raise WorkerTimeout() from None
-        except (wire.WireError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever an untrusted peer sent: it ends
+            # (wire.WireError, OSError, or anything else reading the frame raised)
             self.kill()
             raise WorkerDied(str(exc)) from None
 

@@ -234,6 +234,7 @@ class Server:
         self.import_error = None
         self.queued: list = []          # requests read while waiting for a callback reply
         self.callbacks = 0
+        self.seq = 0                    # requests taken so far; each reply carries its number
 
     def callback(self, req: dict):
         """Ask the grader for another lab's answer (protocol "Callbacks"); its value."""
@@ -279,6 +280,7 @@ class Server:
                 return
             self.stdout.take()
             self.callbacks = 0
+            self.seq += 1
             try:
                 reply = {"ok": self.handle(req)}
             except _ImportFailed:
@@ -287,12 +289,13 @@ class Server:
                 reply = {"error": describe_exception(exc, self.folder)}
             reply["stdout"] = self.stdout.take()
             reply["forbidden"] = forbidden.take_violations()
+            reply["seq"] = self.seq
             try:
                 frame = wire.encode(reply)
             except BaseException as exc:  # noqa: BLE001 - an unencodable student value
                 frame = wire.encode({"error": describe_exception(exc, self.folder),
                                      "stdout": reply["stdout"],
-                                     "forbidden": reply["forbidden"]})
+                                     "forbidden": reply["forbidden"], "seq": self.seq})
             self.sock.sendall(frame)
 
 
