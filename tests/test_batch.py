@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -422,3 +423,35 @@ def test_a_grader_fault_is_recorded_for_regrading_never_scored(rubric, tmp_path)
     data = json.loads((tmp_path / "out" / "ada" / "results.json").read_text())
     assert data["extra_data"]["status"] == reply["status"]
     assert not (tmp_path / "out" / "ada" / "fingerprint.json").exists()   # regraded next run
+
+
+def _eocd(entries: int, dir_size: int, dir_offset: int = 0) -> bytes:
+    return struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, min(entries, 0xFFFF),
+                       min(entries, 0xFFFF), dir_size, dir_offset, 0)
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: p.write_bytes(b"\0" * 100 + _eocd(60_000, 40 * 60_000)),
+     "has 60000 members; the limit is 200"),
+    (lambda p: p.write_bytes(b"\0" * 100 + struct.pack(
+        "<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 1_000_000, 1_000_000, 46_000_000, 0)
+        + struct.pack("<4sLQL", b"PK\x06\x07", 0, 100, 1)
+        + _eocd(0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)),
+     "has 1000000 members; the limit is 200"),
+    (lambda p: (p.write_bytes(b""), os.truncate(p, 50 << 20)),
+     "is 50.0 MB; the limit is 24 MB"),
+    (lambda p: p.write_bytes(b"PK\x03\x04 no end record"),
+     "not a readable zip file (no end of central directory)"),
+], ids=["many_members", "zip64_million", "fifty_mb", "no_end_record"])
+def test_a_zip_is_measured_from_its_end_record_before_it_is_parsed(make, reason, tmp_path,
+                                                                    monkeypatch):
+    path = tmp_path / "s.zip"
+    make(path)
+
+    def never(*a, **k):
+        raise AssertionError("zipfile parsed a zip that its end record already refuses")
+
+    monkeypatch.setattr("grader.intake.zips.zipfile.ZipFile", never)
+    with pytest.raises(ZipRejected) as exc:
+        check_zip(path)
+    assert str(exc.value) == reason
