@@ -737,3 +737,38 @@ def test_wire_decode_fuzzed_raises_nothing_but_wire_error():
         payload = bytearray(rng.randbytes(rng.choice([0, 8, 16, 24, 64])))
         with contextlib.suppress(wire.WireError):
             wire.decode(header, payload)
+
+
+IPC_GRAB = b'''
+import ctypes, os
+
+def grab():
+    """Memory that RLIMIT_AS does not count: SysV segments, queues, semaphores, memfds."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    got = {}
+    for name, call in (("shmget", lambda: libc.shmget(0, 512 << 20, 0o1600)),
+                       ("msgget", lambda: libc.msgget(0, 0o1600)),
+                       ("semget", lambda: libc.semget(0, 1, 0o1600))):
+        rc = call()
+        got[name] = "refused" if rc == -1 and ctypes.get_errno() == 1 else f"allowed ({rc})"
+    try:
+        os.close(os.memfd_create("x"))
+        got["memfd_create"] = "allowed"
+    except PermissionError:
+        got["memfd_create"] = "refused"
+    return got
+'''
+
+
+def test_memory_that_rlimit_as_does_not_count_is_refused(zyg):
+    """SysV IPC and memfds: refused by seccomp in every mode (a segment would count in no
+    process's limit, and in plain mode would outlive the worker)."""
+    scratch = make_scratch({"lab1_ipc.py": IPC_GRAB})
+    w = zyg.spawn(submission=scratch.name, lab="lab1_ipc", forbidden=[])
+    try:
+        got = call(w, "grab")
+    finally:
+        w.kill()
+        scratch.cleanup()
+    assert got == {"shmget": "refused", "msgget": "refused", "semget": "refused",
+                   "memfd_create": "refused"}, got

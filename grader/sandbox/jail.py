@@ -363,6 +363,9 @@ _X86_64 = dict(
     open_tree=428, move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433,
     clone3=435, pidfd_getfd=438, process_madvise=440, mount_setattr=442,
     landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446,
+    shmget=29, shmat=30, shmctl=31, semget=64, semop=65, semctl=66, shmdt=67, msgget=68,
+    msgsnd=69, msgrcv=70, msgctl=71, semtimedop=220, memfd_create=319,
+    memfd_secret=447,
 )
 _GENERIC = dict(
     capset=91, lookup_dcookie=18, umount2=39, mount=40, pivot_root=41, chroot=51,
@@ -376,6 +379,9 @@ _GENERIC = dict(
     move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433, clone3=435,
     pidfd_getfd=438, process_madvise=440, mount_setattr=442, landlock_create_ruleset=444,
     landlock_add_rule=445, landlock_restrict_self=446,
+    msgget=186, msgctl=187, msgrcv=188, msgsnd=189, semget=190, semctl=191, semtimedop=192,
+    semop=193, shmget=194, shmctl=195, shmat=196, shmdt=197, memfd_create=279,
+    memfd_secret=447,
 )
 _ARCHES = {"x86_64": (0xC000003E, _X86_64), "aarch64": (0xC00000B7, _GENERIC)}
 AUDIT_ARCH, SYSCALLS = _ARCHES.get(MACHINE, (None, _X86_64))
@@ -389,6 +395,10 @@ DENIED_ALWAYS = [
     "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog",
     "reboot", "swapon", "swapoff", "acct", "quotactl", "lookup_dcookie", "iopl", "ioperm",
+    # Memory that RLIMIT_AS does not count, and that can outlive the worker (plain mode has
+    # no IPC namespace): SysV shared memory, message queues and semaphores, and memfds.
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
+    "semop", "semctl", "semtimedop", "memfd_create", "memfd_secret",
 ]
 SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
 
