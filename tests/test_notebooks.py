@@ -767,3 +767,41 @@ def test_a_scratch_cell_is_left_out_the_same_on_one_line_or_three(scratch, rubri
     lab = result.lab(LAB1)
     assert lab.status == "graded" and lab.score == lab.max_score, \
         [(t.name, t.message) for t in lab.tests if not t.passed]
+
+
+def _hostile(source: str) -> dict:
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [_code_cell(source)]}
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("x = a" + ".b" * 2000 + "\n", "code cell 1, line 1: a chain of more than 100 dotted names"),
+    ("x = " + "(" * 500 + "1" + ")" * 500 + "\n", "code cell 1: brackets nested more than 100"),
+    ("x = [\n" + "[\n" * 300 + "]\n" * 301, "code cell 1: brackets nested more than 100"),
+    ("%time x = 1\n" * 250_000, "its code cells hold more than 2 MiB of text"),
+    ("x = '" + "a" * 20_000 + "'\n", "code cell 1, line 1: a line of 20006 characters"),
+], ids=["attribute_chain", "parens", "nested_lists", "magic_lines", "long_line"])
+def test_a_hostile_notebook_is_refused_before_its_code_is_parsed(source, reason, tmp_path,
+                                                                  monkeypatch):
+    """Caps on cells, text, lines and nesting come before any parse or compile: a clear
+    refusal, never a RecursionError, a 24 MB results.json or minutes of parsing."""
+    from grader.intake.notebook import lab_source_from_notebook
+
+    path = _write_nb(_hostile(source), tmp_path / f"{LAB1}.ipynb")
+
+    def never(*a, **k):
+        raise AssertionError("parsed before the caps")
+
+    monkeypatch.setattr("grader.intake.notebook._clean_cell", never)   # where parsing starts
+    with pytest.raises(NotebookError) as exc:
+        lab_source_from_notebook(path, rel=path.name, lab_file=f"{LAB1}.py", forbidden=())
+    assert reason in str(exc.value), str(exc.value)
+
+
+def test_too_many_code_cells_are_refused(tmp_path):
+    from grader.intake.notebook import lab_source_from_notebook
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [_code_cell(f"x{i} = {i}\n") for i in range(1001)]}
+    path = _write_nb(nb, tmp_path / f"{LAB1}.ipynb")
+    with pytest.raises(NotebookError, match="more than 1000 code cells"):
+        lab_source_from_notebook(path, rel=path.name, lab_file=f"{LAB1}.py", forbidden=())

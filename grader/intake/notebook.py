@@ -57,6 +57,12 @@ __all__ = [
 TEST_CELL_MARKER = "# attention-labs: autograder test cell"
 MAX_NOTEBOOK_BYTES = 32 << 20   # a notebook with plots can be large; its code is capped below
 MAX_SOURCE_BYTES = 1 << 20      # the extracted code, like grading.MAX_FILE_BYTES for a .py
+# Caps on the code cells, checked before anything is parsed or compiled (a notebook is
+# untrusted input, and parsing hostile code costs time and memory out of all proportion).
+MAX_CODE_CELLS = 1000
+MAX_LINE_CHARS = 10_000
+MAX_NESTING = 100               # brackets open at once, or names in one dotted chain
+_DOTTED_CHAIN_RE = re.compile(r"(?:\.\s*[A-Za-z_]\w*\s*){%d}" % MAX_NESTING)
 
 _LAB_MODULE_RE = re.compile(r"lab\d+_\w+$")
 _CELL_MAGIC_RE = re.compile(r"\s*%%(\w+)")
@@ -158,12 +164,48 @@ def parse_notebook(data: bytes, *, name: str) -> list[Cell]:
         if not isinstance(raw, dict) or raw.get("cell_type") != "code":
             continue
         n_code += 1
+        if n_code > MAX_CODE_CELLS:
+            raise NotebookError(f"{name} has more than {MAX_CODE_CELLS} code cells")
         source = _text(raw.get(input_key, raw.get("source", "")))
         if source is None:
             continue  # a malformed cell holds no code we could read
         cells.append(Cell(label=f"code cell {n_code}", source=source,
                           test=is_test_cell(source, raw.get("metadata"))))
+    check_cells(cells, name=name)
     return cells
+
+
+def check_cells(cells: list[Cell], *, name: str) -> None:
+    """The caps on code, before any of it is parsed: NotebookError naming the cell, line
+    and cap (total size, line length, brackets or dotted names nested too deeply)."""
+    total = 0
+    for cell in cells:
+        total += len(cell.source)
+        if total > 2 * MAX_SOURCE_BYTES:
+            raise NotebookError(f"{name}: its code cells hold more than "
+                                f"{2 * MAX_SOURCE_BYTES >> 20} MiB of text")
+        for number, line in enumerate(cell.source.split("\n"), 1):
+            if len(line) > MAX_LINE_CHARS:
+                raise NotebookError(f"{name}, {cell.label}, line {number}: a line of "
+                                    f"{len(line)} characters; the limit is {MAX_LINE_CHARS}")
+            if _DOTTED_CHAIN_RE.search(line):
+                raise NotebookError(f"{name}, {cell.label}, line {number}: a chain of more "
+                                    f"than {MAX_NESTING} dotted names")
+        if _bracket_depth(cell.source) > MAX_NESTING:
+            raise NotebookError(f"{name}, {cell.label}: brackets nested more than "
+                                f"{MAX_NESTING} deep")
+
+
+def _bracket_depth(text: str) -> int:
+    """The most brackets open at once in ``text`` (strings not told apart: an upper bound)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def read_regular_file(path: Path, max_bytes: int, *, hint: str = "") -> bytes:
@@ -457,6 +499,16 @@ def extract_lab_source(cells: list[Cell], *, name: str, prelude: str = "",
     names the lab may not use (top-level statements naming them are left out, so that a
     comparison with PyTorch in a scratch cell does not disqualify the lab).
     NotebookError when no code is left or the result is not valid Python."""
+    check_cells(cells, name=name)
+    try:
+        return _extract(cells, name=name, prelude=prelude, forbidden=forbidden)
+    except (RecursionError, MemoryError) as exc:
+        raise NotebookError(f"{name}: its code cannot be read ({type(exc).__name__}: nested "
+                            "too deeply, or too large)") from None
+
+
+def _extract(cells: list[Cell], *, name: str, prelude: str,
+             forbidden: tuple[str, ...] | list[str]) -> Extracted:
     notes: list[str] = []
     flags: set[str] = set()
     cleaned: list[tuple[Cell, str, ast.Module]] = []
