@@ -76,6 +76,7 @@ class InProcessWorker:
     def __init__(self, lab: str):
         self.server = _reference_server()(None, {"lab": lab, "folder": str(paths.SOLUTIONS)})
         self.alive, self.pid = True, 0
+        self.on_callback = None
         self.queue: list[bytes] = []
         self.handler_s = 0.0            # thread CPU seconds spent in the lab code's handler
 
@@ -115,7 +116,9 @@ class InProcessZygote:
     def __init__(self):
         self.workers: list[InProcessWorker] = []
 
-    def spawn(self, *, submission: str, lab: str, forbidden: list[str]) -> InProcessWorker:
+    def spawn(self, *, submission: str, lab: str, forbidden: list[str],
+              provided: dict | None = None) -> InProcessWorker:
+        # ``provided`` needs no callbacks here: the reference lab modules import each other.
         worker = InProcessWorker(lab)
         self.workers.append(worker)
         return worker
