@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("proxy", ["grader.engine", "grader.engine.*", "grader.intake", "grader.intake.*",
                "grader.outputs", "grader.outputs.*"]),
     ("base", ["grader.sandbox", "grader.sandbox.*", "grader.results", "grader.rubric",
-              "grader.paths", "grader.errors", "grader"]),
+              "grader.paths", "grader.errors", "grader.secret", "grader"]),
 ]
 # The suites are trusted test code that pytest loads; they may use the engine's helpers.
 EXCLUDED = ["grader.suites", "grader.suites.*"]

@@ -38,6 +38,7 @@ from grader.intake.zips import unpack_zip
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.sandbox import Limits, Zygote, make_scratch, protocol
+from grader.secret import course_secret
 
 VISIBILITIES = ("public", "hidden")
 TEST_TEXT_CAP = 2048        # characters of a test's message (and of its diagnosis, of a note)
@@ -59,12 +60,14 @@ class Grader:
     solutions, which pays off over many submissions (a batch), not one.
     ``slot``, ``sandbox_mode``, ``limits``: the sandbox's (see ``grader.sandbox``).
     ``zygote``: a started zygote to share (tests); the caller keeps and closes it.
+    ``secret``: the course secret hidden inputs derive from (default: the course folder's,
+    made on first use, when hidden suites are graded; ``grader.secret``).
     """
 
     def __init__(self, rubric: Rubric | None = None, *,
                  visibility: tuple[str, ...] = VISIBILITIES, send_ahead: bool = False,
                  slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
-                 zygote: Zygote | None = None):
+                 zygote: Zygote | None = None, secret: bytes | None = None):
         self.rubric = rubric or load_rubric(paths.RUBRIC)
         # Before anyone is graded: a rubric test with no suite test (a typo), or a suite
         # test with no rubric entry, would silently cost every student its points.
@@ -73,6 +76,7 @@ class Grader:
             raise RubricError(problems)
         self.visibility = tuple(visibility)
         self.send_ahead = send_ahead
+        self._secret = secret
         self._owns_zygote = zygote is None
         self._zygote = zygote or Zygote(forbidden=self.rubric.all_forbidden, slot=slot,
                                         mode=sandbox_mode, limits=limits or Limits())
@@ -100,6 +104,13 @@ class Grader:
     def alive(self) -> bool:
         """Whether the sandbox can still fork workers (False once its zygote has ended)."""
         return self._zygote.alive
+
+    @property
+    def secret(self) -> bytes:
+        """The course secret (read, or made, on first use)."""
+        if self._secret is None:
+            self._secret = course_secret()
+        return self._secret
 
     @property
     def sandbox_mode(self) -> str:
@@ -198,7 +209,8 @@ class Grader:
         if runner is None:
             # pytest's start-up output stays off stdout.
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-                runner = SuiteRunner(rubric=self.rubric, visibility=visibility).start()
+                runner = SuiteRunner(rubric=self.rubric, visibility=visibility,
+                                     secret=self.secret if "hidden" in visibility else b"").start()
             self._runners[visibility] = runner
         return runner
 

@@ -30,6 +30,7 @@ from grader.authoring.bundles import build_gradescope, build_release
 from grader.errors import BundleError
 from grader.rubric import load_rubric
 from grader.authoring.stubs import solution_regions
+from grader.secret import SECRET_FILE, course_secret
 
 SCHEMA = Path(__file__).parent / "data" / "gradescope_results.schema.json"
 RUN_TIMEOUT_S = 180
@@ -75,6 +76,10 @@ def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release)
         assert (release / needed).is_file(), needed
     assert not (release / "grader" / "suites" / "hidden").exists()
     assert not (release / "solutions").exists()
+    # Never the course secret (hidden inputs derive from it), by name or by value.
+    secret = course_secret().hex().encode()
+    assert not [p for p in release.rglob("*") if p.name == SECRET_FILE or (
+        p.is_file() and secret in p.read_bytes())]
     assert not list(release.rglob("__pycache__")) and not list(release.rglob("*.pyc"))
     assert not (release / ".github").exists()  # the Classroom workflow is opt-in
 
@@ -307,6 +312,8 @@ def test_zip_has_gradescope_entry_points_and_the_whole_grader(autograder_zip):
             assert script in infos, script                         # at the zip's root
             assert stat.S_IMODE(infos[script].external_attr >> 16) == 0o755
             assert zf.read(script).startswith(b"#!/usr/bin/env bash\n")
+        # The course secret travels with the autograder: its hidden inputs are the course's.
+        assert zf.read(SECRET_FILE).decode().strip() == course_secret().hex()
         for needed in ("rubric.yaml", "requirements.txt", "pyproject.toml", "autograder.json",
                        "grader/grading.py", "grader/autograder/gradescope.py",
                        "grader/suites/pytest.ini"):

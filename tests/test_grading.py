@@ -7,26 +7,25 @@ nothing is reported as a grader error.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import re
 import signal
 
 import pytest
+import torch
 
 from helpers import expectation, fixture_names, grade, make_submission
 from grader import paths
-from grader.errors import EXIT_GRADER_FAULT, GraderFault, SandboxError
-from grader.grading import Grader
-from grader.outputs.gradescope import write_gradescope
-from grader.sandbox import Zygote
-import dataclasses
-import torch
 from grader.engine.reference import load_reference
 from grader.engine.student import Session
-from grader.errors import RubricError
+from grader.errors import EXIT_GRADER_FAULT, GraderFault, RubricError, SandboxError
+from grader.grading import Grader
+from grader.outputs.gradescope import write_gradescope
 from grader.rubric import load_rubric
-from grader.sandbox import protocol
+from grader.sandbox import Zygote, protocol, wire
 
 
 def lab_scores(result) -> dict[str, tuple[float, float, str]]:
@@ -279,3 +278,79 @@ def test_a_worker_error_reply_of_any_shape_reads_as_the_students_exception(err):
     assert got.kind == "exception" and isinstance(got.type_name, str) and got.type_name
     assert got.describe(hidden=True) in ("your code raised Exception",
                                          "your code raised an exception")
+
+
+def _first_calls(grader) -> dict[str, dict]:
+    """Each test's first request, decoded (the reference solutions graded once)."""
+    plan = grader.call_plan()
+    return {test: wire.decode_frame(call.frame) for test, call in plan.first.items()}
+
+
+def test_hidden_inputs_are_the_courses_own_and_public_inputs_fixed(rubric, zygote):
+    a, b = b"a" * 32, b"b" * 32
+    with Grader(rubric, zygote=zygote, send_ahead=True, secret=a) as ga, \
+            Grader(rubric, zygote=zygote, send_ahead=True, secret=a) as ga2, \
+            Grader(rubric, zygote=zygote, send_ahead=True, secret=b) as gb:
+        first_a, first_a2, first_b = _first_calls(ga), _first_calls(ga2), _first_calls(gb)
+    assert set(first_a) == set(first_b)
+    same = {t: wire.encode(first_a[t]) == wire.encode(first_b[t]) for t in first_a}
+    hidden = [t for t in first_a if t.startswith("hidden/")]
+    public = [t for t in first_a if t.startswith("public/")]
+    assert hidden and public
+    assert all(same[t] for t in public)                # students' local checks stay valid
+    drawn = [t for t in hidden if any(isinstance(x, torch.Tensor) and x.is_floating_point()
+                                      for x in first_a[t].get("args", []))]
+    assert drawn and not any(same[t] for t in drawn)   # another course: other inputs
+    assert all(wire.encode(first_a[t]) == wire.encode(first_a2[t]) for t in first_a)
+
+
+LOOKUP_LAB1 = """
+import hashlib
+import torch
+
+TABLE = {table!r}
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=False):
+    # No attention at all: outputs looked up by the inputs' bytes (a leaked table).
+    key = hashlib.sha256(q.detach().contiguous().numpy().tobytes()).hexdigest()
+    if key in TABLE:
+        out, w = TABLE[key]
+        return torch.tensor(out, dtype=q.dtype), torch.tensor(w, dtype=q.dtype)
+    return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype), \\
+        torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)
+
+
+def causal_mask(seq_q, seq_k=None, device=None):
+    seq_k = seq_q if seq_k is None else seq_k
+    return torch.zeros(seq_q, seq_k, dtype=torch.bool)
+"""
+
+
+def test_a_lookup_table_leaked_from_another_course_scores_no_hidden_point(rubric, zygote,
+                                                                         tmp_path):
+    """A table of hidden inputs -> outputs, as a leak through feedback or a past term would
+    give it, scores hidden points in its own course (the control) and none in another."""
+    leaked, other = b"L" * 32, b"O" * 32
+    reference = load_reference("lab1_attention")
+    with Grader(rubric, zygote=zygote, send_ahead=True, secret=leaked) as grader:
+        table = {}
+        for test, req in _first_calls(grader).items():
+            if test.startswith("hidden/test_lab1") and \
+                    req.get("target") == "scaled_dot_product_attention":
+                q, k, v = req["args"][:3]
+                out, w = reference.scaled_dot_product_attention(q, k, v, **req["kwargs"])
+                key = hashlib.sha256(q.contiguous().numpy().tobytes()).hexdigest()
+                table[key] = (out.tolist(), w.tolist())
+    assert table
+    sub = tmp_path / "lookup"
+    sub.mkdir()
+    (sub / "lab1_attention.py").write_text(LOOKUP_LAB1.format(table=table))
+
+    def hidden_points(secret):
+        with Grader(rubric, zygote=zygote, secret=secret) as grader:
+            lab = grader.grade(sub, labs=["lab1_attention"]).lab("lab1_attention")
+        return sum(t.score for t in lab.tests if t.visibility == "hidden")
+
+    assert hidden_points(leaked) > 0            # the table works where it was made
+    assert hidden_points(other) == 0            # and nowhere else

@@ -31,6 +31,7 @@ from grader.authoring.stubs import solution_regions, strip_solutions
 from grader.errors import BundleError
 from grader.outputs.atomic import atomic_open
 from grader.rubric import load_rubric
+from grader.secret import SECRET_FILE, course_secret, secret_path
 
 DEFAULT_DEPENDENCIES = ["torch==2.13.0", "numpy", "pytest>=8", "pyyaml>=6", "rich>=13"]
 SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store"}
@@ -267,6 +268,12 @@ def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
         leaks = find_leaks(staging, course_secrets(rubric_path=rubric_path,
                                                    solutions_dir=course / "solutions",
                                                    suites_dir=package / "suites"))
+        secret_file = secret_path(course)
+        if secret_file.is_file():
+            secret = secret_file.read_text(encoding="ascii").strip()
+            leaks += [f"{p.relative_to(staging)}: the course secret" for p in staging.rglob("*")
+                      if p.is_file() and (p.name == SECRET_FILE or secret.encode()
+                                          in p.read_bytes())]
         if leaks:
             shown = "\n".join(f"  {leak}" for leak in leaks[:20])
             more = f"\n  ... and {len(leaks) - 20} more" if len(leaks) > 20 else ""
@@ -362,6 +369,9 @@ def build_gradescope(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
     for rel in _files_under(solutions):
         plan.add_file(f"solutions/{rel.as_posix()}", solutions / rel)
     plan.add_file("rubric.yaml", Path(rubric_path))
+    # The course secret (made now if there is none): Gradescope's hidden inputs are the
+    # course's own, the same as `grader grade` and `grader batch` give (grader.secret).
+    plan.add_text(SECRET_FILE, course_secret(course).hex() + "\n")
     deps = course_dependencies()
     plan.add_text("requirements.txt", "".join(f"{d}\n" for d in deps))
     plan.add_text("pyproject.toml", pyproject_text(

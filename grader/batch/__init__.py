@@ -41,6 +41,7 @@ from grader.errors import RubricError, UsageError, ZipRejected
 from grader.intake.zips import check_zip
 from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
+from grader.secret import course_secret
 
 __all__ = ["BatchSummary", "grade_batch"]
 
@@ -94,7 +95,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         raise RubricError(problems)
     out.mkdir(parents=True, exist_ok=True)
     entries = list_students(root, out=out)
-    course = course_digests(rubric)
+    course = course_digests(rubric, course_secret())
 
     tasks: deque = deque()
     instant: list[tuple[Entry, dict]] = []

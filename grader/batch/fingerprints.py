@@ -16,6 +16,7 @@ from grader import paths
 from grader.batch.students import Entry
 from grader.outputs.gradebook import read_results
 from grader.rubric import Rubric
+from grader.secret import secret_digest
 
 
 def _hash_file(h, path: Path) -> None:
@@ -47,8 +48,9 @@ def submission_digest(entry: Entry) -> str:
     return h.hexdigest()
 
 
-def course_digests(rubric: Rubric) -> dict[str, str]:
-    """sha256 of the rubric file and of the suites (every .py and pytest.ini under suites/)."""
+def course_digests(rubric: Rubric, secret: bytes = b"") -> dict[str, str]:
+    """sha256 of the rubric file and of the suites (every .py and pytest.ini under suites/,
+    and the course secret's digest: the hidden inputs derive from it)."""
     rubric_hash = hashlib.sha256(Path(rubric.path).read_bytes()).hexdigest()
     h = hashlib.sha256()
     for path in sorted(paths.SUITES.rglob("*")):
@@ -56,6 +58,8 @@ def course_digests(rubric: Rubric) -> dict[str, str]:
                 and "__pycache__" not in path.parts:
             h.update(path.relative_to(paths.SUITES).as_posix().encode() + b"\0")
             h.update(path.read_bytes() + b"\0")
+    if secret:
+        h.update(secret_digest(secret).encode())
     return {"rubric": rubric_hash, "suites": h.hexdigest()}
 
 

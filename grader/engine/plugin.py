@@ -18,6 +18,7 @@ import torch
 
 from grader.engine.compare import Mismatch
 from grader.rubric import Rubric
+from grader.secret import hidden_seed
 from grader.engine.student import Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
@@ -67,8 +68,9 @@ def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
 
 
 class GradingPlugin:
-    def __init__(self, *, rubric: Rubric, session: Session):
+    def __init__(self, *, rubric: Rubric, session: Session, secret: bytes = b""):
         self.rubric = rubric
+        self.secret = secret        # the course secret: hidden tests' inputs (grader.secret)
         self.session = session
         self.outcomes: list[Outcome] = []
         self.collection_errors: list[str] = []
@@ -81,6 +83,9 @@ class GradingPlugin:
             return StudentLab(self.session, lab_of(item))
         if name == "tol":
             return self._rubric_test(item).tolerance
+        if self.secret and visibility_of(item) == "hidden":
+            # This course's own inputs: a table leaked from another course scores nothing.
+            return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
         # crc32 of the node id, not hash(): the same inputs on every run and machine.
         return torch.Generator().manual_seed(zlib.crc32(item.nodeid.encode()))
 

@@ -69,12 +69,14 @@ class SuiteRunner:
     """
 
     def __init__(self, *, rubric: Rubric, labs: list[str] | None = None,
-                 visibility: tuple[str, ...] = ("public", "hidden")):
+                 visibility: tuple[str, ...] = ("public", "hidden"), secret: bytes = b""):
+        """``secret``: the course secret that hidden tests' inputs derive from (none: the
+        test's name alone)."""
         self.rubric = rubric
         self.labs = list(labs or rubric.labs)
         self.visibility = tuple(visibility)
         self.files = [f for lab in self.labs for f in suite_files(lab, self.visibility)]
-        self.plugin = GradingPlugin(rubric=rubric, session=None)
+        self.plugin = GradingPlugin(rubric=rubric, session=None, secret=secret)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._stopped = threading.Event()
         self._exit: object = None

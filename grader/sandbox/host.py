@@ -89,7 +89,7 @@ def hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
 
     out = []
     for p in [Path(__file__).resolve().parent.parent, paths.SOLUTIONS, paths.RUBRIC,
-              paths.EXAMPLES, *extra]:
+              paths.EXAMPLES, paths.COURSE / ".grader-secret", *extra]:
         real = str(Path(p).resolve())
         if real not in out and real != "/":
             out.append(real)

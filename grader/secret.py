@@ -1,0 +1,69 @@
+"""The course secret: what makes hidden-test inputs this course's own.
+
+Hidden suites draw their inputs from a generator seeded per test. Seeded from the test's
+name alone, the inputs would be the same in every course that uses the kit, forever: once
+leaked (a past term's student, a public repository), a table of outputs looked up by input
+would score everywhere. Seeded from the test's name *and* this secret, they are the same for
+every grading within a course (regrades are reproducible) and unknown elsewhere, so a table
+leaked from another course scores nothing. Public inputs stay fixed (students' local checks
+agree with the docs).
+
+The secret is created once, at random, in the course folder (``.grader-secret``, 0600,
+git-ignored by default); the Gradescope bundle carries it, a student release never does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+from grader import paths
+from grader.errors import UsageError
+
+SECRET_FILE = ".grader-secret"
+SECRET_BYTES = 32
+
+
+def secret_path(course: Path | None = None) -> Path:
+    return Path(course or paths.COURSE) / SECRET_FILE
+
+
+def course_secret(course: Path | None = None) -> bytes:
+    """The course's secret, created (atomically, at most once) if there is none yet."""
+    path = secret_path(course)
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        text = _create(path)
+    try:
+        value = bytes.fromhex(text)
+    except ValueError:
+        value = b""
+    if len(value) < 16:
+        raise UsageError(f"{path}: not a course secret (64 hex digits); delete it to have a "
+                         "new one made (hidden inputs then change)")
+    return value
+
+
+def _create(path: Path) -> str:
+    text = secrets.token_hex(SECRET_BYTES)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:          # another process made it first: use theirs
+        return path.read_text(encoding="ascii").strip()
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(text + "\n")
+    return text
+
+
+def hidden_seed(secret: bytes, test_id: str) -> int:
+    """The generator seed of hidden test ``test_id`` (a pytest node id) in this course."""
+    digest = hashlib.sha256(secret + b"\0" + test_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def secret_digest(secret: bytes) -> str:
+    """A name for the secret that gives nothing of it away (batch fingerprints)."""
+    return hashlib.sha256(b"attention-labs course secret\0" + secret).hexdigest()
