@@ -495,3 +495,32 @@ def test_sandbox_preflight_names_what_a_worker_can_see(rubric, zygote, tmp_path)
         assert grader.isolation_problem([paths.SOLUTIONS, paths.RUBRIC, tmp_path]) is None
         # /usr is bound read-only into every worker: the probe must notice it.
         assert grader.isolation_problem([Path("/usr")]) == "sandbox workers can see /usr"
+
+
+def test_the_release_computes_no_answer(release):
+    """Public tests compare with values stored at release time: the release's _inputs.py has
+    the references' names and no code behind them (no lab 1 attention, no sinusoid)."""
+    inputs = (release / "grader" / "suites" / "_inputs.py").read_text()
+    for answer in ("attention_weights64", "attention_output64", "sinusoidal64(seq_len",
+                   "masked_fill", "torch.sin", "MultiheadAttention", "TransformerEncoderLayer"):
+        assert answer not in inputs, answer
+    assert "_snapshot.lookup('attention_reference'" in inputs
+    stored = json.loads((release / "grader" / "suites" / "_expected.json").read_text())
+    assert stored and all("data" in v or "tuple" in v for v in stored.values())
+
+
+def test_a_reference_function_under_another_name_stops_the_release(tmp_path):
+    """The scan knows the references by their code, not their names or lines."""
+    course, package = tmp_path / "course", tmp_path / "package"
+    shutil.copytree(paths.COURSE, course, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "graded", "*.egg-info"))
+    shutil.copytree(paths.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (package / "suites" / "_inputs.py").read_text()
+    start = source.index("def attention_weights64(")
+    body = source[start:source.index("\n\n\n", start)]
+    smuggled = body.replace("def attention_weights64(", "def handy_softmax(")
+    public = package / "suites" / "public" / "test_lab1_attention.py"
+    public.write_text(public.read_text() + "\n\n" + smuggled + "\n")
+    with pytest.raises(BundleError, match="reference code \\(attention_weights64"):
+        build_release(tmp_path / "out", rubric_path=course / "rubric.yaml", course=course,
+                      package=package)

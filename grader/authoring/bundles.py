@@ -130,6 +130,10 @@ class Secrets:
     hidden_names: set[str] = field(default_factory=set)
     solution_lines: set[str] = field(default_factory=set)
     hidden_suite_lines: set[str] = field(default_factory=set)
+    # The code of every reference function (``_inputs.py``'s ``@reference`` ones and the
+    # helpers only they use), as ``ast.dump`` of the body without its docstring: a release
+    # may hold none of them, under any name.
+    reference_functions: dict[str, str] = field(default_factory=dict)   # dump -> name
 
 
 _IMPORT_RE = re.compile(r"(import|from)\s+[\w.]+")
@@ -175,7 +179,89 @@ def course_secrets(*, rubric_path: Path = paths.RUBRIC, solutions_dir: Path = pa
                                        if distinctive(s)}
     secrets.solution_lines -= given
     secrets.hidden_suite_lines -= given
+    inputs = suites_dir / "_inputs.py"
+    if inputs.is_file():
+        tree = ast.parse(inputs.read_text(encoding="utf-8"))
+        kept = set(_release_inputs(tree, _public_imports(suites_dir))[1])
+        secrets.reference_functions = {
+            _body_dump(node): node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name not in kept}
     return secrets
+
+
+# --------------------------------------------------------------------------------------
+# The public suites' references, replaced by stored values in a release
+# --------------------------------------------------------------------------------------
+
+def _is_reference(node: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "reference" for d in node.decorator_list)
+
+
+def _body_dump(node: ast.FunctionDef) -> str:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]                            # the docstring says nothing of the code
+    return ast.dump(ast.Module(body=body, type_ignores=[]))
+
+
+def _public_imports(suites_dir: Path) -> set[str]:
+    """The names the public suites import from ``grader.suites._inputs``."""
+    names: set[str] = set()
+    for f in sorted((suites_dir / "public").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "grader.suites._inputs":
+                names |= {a.name for a in node.names}
+    return names
+
+
+def _release_inputs(tree: ast.Module, public: set[str]) -> tuple[str, list[str]]:
+    """``_inputs.py`` for a release: what the public suites use, with every ``@reference``
+    a lookup of the stored values (no code behind it) and every helper only references
+    use left out. Returns the source and the names of the functions it keeps."""
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    keep, todo = set(), [n for n in public if n in functions]
+    while todo:
+        name = todo.pop()
+        if name in keep:
+            continue
+        keep.add(name)
+        if not _is_reference(functions[name]):
+            todo += [n.id for n in ast.walk(functions[name])
+                     if isinstance(n, ast.Name) and n.id in functions]
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            if node.name not in keep:
+                continue
+            if _is_reference(node):
+                node = ast.parse(
+                    f"def {node.name}(*args, **kwargs):\n"
+                    f"    \"\"\"Expected values stored when this release was built.\"\"\"\n"
+                    f"    return _snapshot.lookup({node.name!r}, args, kwargs)\n").body[0]
+        body.append(node)
+    body.insert(1, ast.parse("from grader.suites import _snapshot").body[0])
+    header = ('"""Input builders for the public suites. The references they compare with '
+              'are values stored\nwhen this release was built (grader/suites/_expected.json): '
+              'no reference code is here.\n"""\n')
+    module = ast.Module(body=[n for n in body if not (
+        isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))], type_ignores=[])
+    return header + ast.unparse(module) + "\n", sorted(keep - {n for n in keep
+                                                              if _is_reference(functions[n])})
+
+
+def record_public_expected(rubric, solutions_dir: Path) -> dict:
+    """Grade the solutions with the public suites, keeping every value a ``@reference``
+    gives: the release's ``_expected.json``. BundleError unless they score full marks."""
+    from grader.grading import Grader
+    from grader.suites._snapshot import recording
+
+    with recording() as values, Grader(rubric, visibility=("public",)) as grader:
+        result = grader.grade(solutions_dir, name="solutions")
+    failing = [f"{lab.name}::{t.name}" for lab in result.labs for t in lab.tests if not t.passed]
+    if failing:
+        raise BundleError("the solutions fail public tests, so no expected values can be "
+                          f"stored: {', '.join(failing[:10])}")
+    return values
 
 
 def find_leaks(folder: Path, secrets: Secrets) -> list[str]:
@@ -185,6 +271,17 @@ def find_leaks(folder: Path, secrets: Secrets) -> list[str]:
     leaks = []
     for rel in _files_under(folder):
         text = (folder / rel).read_bytes().decode("utf-8", errors="replace")
+        if rel.suffix == ".py" and secrets.reference_functions:
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                tree = None
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.FunctionDef) and \
+                        _body_dump(node) in secrets.reference_functions:
+                    leaks.append(f"{rel}:{node.lineno}: reference code "
+                                 f"({secrets.reference_functions[_body_dump(node)]} of "
+                                 f"grader/suites/_inputs.py)")
         for number, line in enumerate(text.splitlines(), 1):
             stripped = line.strip()
             if names and (m := names.search(line)):
@@ -250,6 +347,15 @@ def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
         for rel in _files_under(package, exclude=(package / "suites" / "hidden",
                                                   package / "mistakes")):
             _copy(package / rel, staging / "grader" / rel)
+        # The public suites' references are the labs' answers: stored values instead.
+        inputs = package / "suites" / "_inputs.py"
+        if inputs.is_file():
+            source, _ = _release_inputs(ast.parse(inputs.read_text(encoding="utf-8")),
+                                        _public_imports(package / "suites"))
+            _write(staging / "grader" / "suites" / "_inputs.py", source)
+            expected = record_public_expected(rubric, course / "solutions")
+            _write(staging / "grader" / "suites" / "_expected.json",
+                   json.dumps(expected, sort_keys=True) + "\n")
         for rel in _files_under(exercises):
             _copy(exercises / rel, staging / "exercises" / rel)
         contract = course / "docs" / "LAB_CONTRACT.md"

@@ -4,7 +4,9 @@ Everything here runs in the trusted grading process and never touches student co
 suites reach a submission only through the ``student`` fixture (docs/internals.md section 3).
 
 References are computed in float64 (also for float32 tests) and cast to the dtype the student
-must return, so a float32 comparison measures only the student's own rounding.
+must return, so a float32 comparison measures only the student's own rounding. The ones the
+public tests compare with are marked ``@reference``: a student release replaces them (and
+every helper only they use) with values stored when it was built (``_snapshot.py``).
 """
 
 import math
@@ -14,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grader.engine.memo import memoized
+from grader.suites._snapshot import reference
 
 # --------------------------------------------------------------------------------------------
 # inputs
@@ -70,6 +73,7 @@ def attention_output64(q, k, v, mask=None):
     return out
 
 
+@reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def attention_reference(q, k, v, mask=None):
     """(output, weights) expected from scaled_dot_product_attention, in q's dtype."""
@@ -130,6 +134,7 @@ def mha_run64(ref, query, key, value, mask=None):
     return out, w
 
 
+@reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def mha_reference_outputs(sd, d_model, num_heads, query, key, value, mask=None):
     """Expected (output, weights) of the student's MultiHeadAttention, in query's dtype."""
@@ -182,6 +187,7 @@ def feedforward_weights(gen, d_model, d_ff, prefix=""):
     }
 
 
+@reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def feedforward_reference(sd, x, activation):
     """linear2(activation(linear1(x))) in float64, returned in x's dtype."""
@@ -224,6 +230,7 @@ def block_run64(ref, x, mask=None):
     return ref(x, src_mask=None if mask is None else ~mask)
 
 
+@reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def block_reference_output(sd, d_model, num_heads, d_ff, x, mask=None, norm_first=False, activation="relu"):
     """Expected output of the student's TransformerBlock, in x's dtype."""
@@ -244,6 +251,7 @@ def block_param_grads(ref):
 # --------------------------------------------------------------------------------------------
 
 
+@reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def sinusoidal64(seq_len, d_model, base=10000.0):
     """The closed form in float64: PE[pos, 2i] = sin(pos / base**(2i/d)), PE[pos, 2i+1] = cos(same)."""
