@@ -28,6 +28,8 @@ import contextlib
 __all__ = ["GraderUnavailable", "TestFailed", "check", "provided_when_graded"]
 
 KERNEL_GRADE_TIMEOUT_S = 900
+# What a test cell's own verdict is worth: code in this kernel can change what it prints.
+ADVISORY = "advisory: the grade is what the sandboxed grader gives when the notebook is graded"
 _LAB_RE = re.compile(r"lab\d+_\w+")
 _CACHE: dict[str, dict] = {}
 _MAX_SHOWN = 4000
@@ -153,13 +155,14 @@ def check(lab: str, test: str | None = None, *, hidden: str | None = None) -> No
                                 "(is this notebook older than the course's rubric?)")
     points = outcome["points"]
     if outcome["passed"]:
-        print(f"passed: {what} ({points:g} point{'s' if points != 1 else ''})")
+        print(f"passed: {what} ({points:g} point{'s' if points != 1 else ''}; {ADVISORY})")
         return
     message = outcome.get("message", "")[:_MAX_SHOWN]
     notes = reply.get("notes", [])
     if notes:
         message += "\n" + "\n".join(f"Note: {n}" for n in notes)
-    raise TestFailed(f"FAILED: {what} (0 of {points:g} point{'s' if points != 1 else ''})", message)
+    raise TestFailed(f"FAILED: {what} (0 of {points:g} point{'s' if points != 1 else ''}; "
+                     f"{ADVISORY})", message)
 
 
 def _kernel_grade(request: dict) -> dict:

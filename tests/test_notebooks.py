@@ -483,6 +483,33 @@ def _fill(release: dict, py: str) -> dict:
     return nb
 
 
+KERNEL_ATTACKS = {
+    "eve_sys_modules": textwrap.dedent("""\
+        import sys as _s, types as _t
+        _m = _t.ModuleType("grader.notebooks")
+        _m.check = lambda *a, **k: print("PASSED")
+        _s.modules["grader.notebooks"] = _m
+        """),
+    "fin_patched_check": textwrap.dedent("""\
+        import grader.notebooks as _g
+        _g.check = lambda *a, **k: None
+        """),
+    "gil_ipython_hooks": textwrap.dedent("""\
+        get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)
+        """),
+    "hal_builtins": textwrap.dedent("""\
+        import builtins as _b
+        _real_import = _b.__import__
+        def _import(name, *a, **k):
+            module = _real_import(name, *a, **k)
+            if name.startswith("grader"):
+                module.check = lambda *a, **k: None
+            return module
+        _b.__import__ = _import
+        """),
+}
+
+
 @pytest.fixture(scope="module")
 def graded_course(tmp_path_factory, rubric):
     """A course whose lab1 was released and autograded for three students:
@@ -539,6 +566,13 @@ def graded_course(tmp_path_factory, rubric):
         "bob": release,
         "carol": _fill(release, (FIXTURES / "submissions" / "bug_causal_off_by_one" / f"{LAB1}.py").read_text()),
     }
+    # The kernel's own checks, beaten from a solution cell (the stubs still raise
+    # NotImplementedError): each must still score the stub's 0 points.
+    for student, attack in KERNEL_ATTACKS.items():
+        nb = copy.deepcopy(release)
+        cell = next(c for c in nb["cells"] if _meta(c).get("solution"))
+        cell["source"] = attack + _src(cell)
+        students[student] = nb
     for student, nb in students.items():
         _write_nb(nb, course / "submitted" / student / LAB1 / f"{LAB1}.ipynb")
     auto = _nbgrader(env, course, "autograde", LAB1, "--create")
@@ -587,6 +621,9 @@ def test_autograde_full_untouched_and_one_bug(graded_course, rubric):
         assert scores["alice"] == full, graded_course["autograde_log"][-4000:]
         assert scores["bob"] == 0
         assert 0 < scores["carol"] < full
+        # Code in the student's kernel cannot change a grade: the sandboxed grader's count.
+        attacked = {s: gb.find_submission(LAB1, s).score for s in KERNEL_ATTACKS}
+        assert attacked == dict.fromkeys(KERNEL_ATTACKS, 0.0), attacked
         assert gb.find_submission(LAB1, "alice").max_score == full
     # the one-bug score is what `grader grade` gives the same code as a .py file
     from grader.grading import grade_submission
@@ -623,11 +660,22 @@ def test_warnings_on_stderr_cost_nothing(graded_course):
 
 @needs_nbgrader
 def test_without_the_config_the_late_warning_would_cost_points(graded_course, rubric, tmp_path):
-    """Control for the test above: the same autograde of alice with IgnorePattern off."""
+    """Control for the test above: the same autograde of alice with IgnorePattern off, and
+    with nbgrader's own pipeline (the kernel's outputs decide): the warning costs points.
+    With the sandboxed grades, the kernel's outputs decide nothing, warning or not."""
     import shutil
 
     course = tmp_path / "course"
     shutil.copytree(graded_course["course"], course, ignore=shutil.ignore_patterns("autograded", "feedback"))
+    _nbgrader(graded_course["env"], course, "autograde", LAB1, "--student", "alice",
+              "--IgnorePattern.enabled=False", "--force")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert gb.find_submission(LAB1, "alice").score == rubric.labs[LAB1].max_points
+    config = course / "nbgrader_config.py"
+    text = config.read_text()
+    start = text.index("c.Autograde.autograde_preprocessors = [")
+    config.write_text(text[:start] + text[text.index("]\n", start) + 2:])
+    shutil.rmtree(course / "autograded")
     _nbgrader(graded_course["env"], course, "autograde", LAB1, "--student", "alice",
               "--IgnorePattern.enabled=False")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:

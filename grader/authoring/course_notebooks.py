@@ -53,6 +53,20 @@ c.GenerateFeedback.preprocessors = [
 
 # A deleted test cell is put back by autograde instead of breaking it (nbgrader #1682, #1941).
 c.OverwriteCells.add_missing_cells = True
+
+# The grades come from the sandboxed grader, run in nbgrader's own process after the
+# notebook ran: the test cells' outputs in the student's kernel are advisory only, so no
+# code in that kernel can change a grade (grader/authoring/nbgrader_autograde.py).
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "grader.authoring.nbgrader_autograde.SandboxedGrades",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 '''
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
