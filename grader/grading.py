@@ -35,6 +35,7 @@ from grader.errors import (GradingIncomplete, RubricError, SandboxError, Submiss
                            ZipRejected)
 from grader.intake import Sanitized, sanitize
 from grader.intake.zips import unpack_zip
+from grader.outputs.text import capped
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.sandbox import Limits, Zygote, make_scratch, protocol
@@ -43,12 +44,6 @@ from grader.secret import course_secret
 VISIBILITIES = ("public", "hidden")
 TEST_TEXT_CAP = 2048        # characters of a test's message (and of its diagnosis, of a note)
 MAX_NOTES = 16              # notes about a submission (a file found elsewhere, cells left out)
-
-
-def _capped(text: str, cap: int) -> str:
-    if len(text) <= cap:
-        return text
-    return text[: cap - 14] + " ... (cut off)" if cap > 28 else text[:cap]
 
 
 class Grader:
@@ -236,6 +231,7 @@ class Grader:
             self._plans[key] = plan
         return self._plans[key]
 
+    @functools.cached_property
     def _provided(self) -> dict[str, dict[str, list[str]]]:
         """Lab -> the other labs it may import, and their names, answered by the course's
         reference while it is graded (``lab_imports: reference``, the default, wherever
@@ -257,7 +253,7 @@ class Grader:
         scratch = make_scratch(clean.files)
         session = Session(zygote=self._zygote, submission_dir=scratch.name,
                           forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
-                          provided=self._provided(), plan=plan, recording=recording)
+                          provided=self._provided, plan=plan, recording=recording)
         outcomes: list[Outcome] = []
         collection_errors: list[str] = []
         try:
@@ -276,9 +272,10 @@ class Grader:
         finally:
             session.close()
             scratch.cleanup()
-        if not self._zygote.alive:
-            # Every call after the zygote ended failed as a "crash": not the student's doing.
-            raise SandboxError("the sandbox zygote stopped during grading (not the "
+        if not self._zygote.alive or session.fault is not None:
+            # Every call after the sandbox failed was a "crash": not the student's doing.
+            why = "its zygote stopped" if not self._zygote.alive else session.fault
+            raise SandboxError(f"the sandbox failed during grading ({why}; not the "
                                "submission's doing); grade it again")
         result = score(name, self.rubric, labs, visibility, outcomes, problems,
                        collection_errors)
@@ -287,7 +284,7 @@ class Grader:
             why = "; ".join(collection_errors)[:500] or "no outcome"
             raise GradingIncomplete(f"{result.status} ({why}); nothing was scored, grade it "
                                     "again")
-        result.notes.extend(_capped(n, TEST_TEXT_CAP) for n in clean.notes[:MAX_NOTES])
+        result.notes.extend(capped(n, TEST_TEXT_CAP) for n in clean.notes[:MAX_NOTES])
         return result
 
 
@@ -374,8 +371,8 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                 (c.artifacts for c in cases if not c.passed and c.artifacts), [])
             lab_result.tests.append(TestResult(
                 lab=lab, name=name, description=desc, visibility=t.visibility,
-                max_score=t.points, passed=passed, message=_capped(msg, TEST_TEXT_CAP),
-                duration_s=dur, diagnosis="" if passed else _capped(diagnosis, TEST_TEXT_CAP),
+                max_score=t.points, passed=passed, message=capped(msg, TEST_TEXT_CAP),
+                duration_s=dur, diagnosis="" if passed else capped(diagnosis, TEST_TEXT_CAP),
                 artifacts=[] if passed else artifacts))
         result.labs.append(lab_result)
     return result

@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from grader.intake.notebook import hidden_test_id
+from grader.intake.notebook import LAB_MODULE_RE, hidden_test_id
 import contextlib
 
 __all__ = ["GraderUnavailable", "TestFailed", "check", "provided_when_graded"]
@@ -30,7 +29,6 @@ __all__ = ["GraderUnavailable", "TestFailed", "check", "provided_when_graded"]
 KERNEL_GRADE_TIMEOUT_S = 900
 # What a test cell's own verdict is worth: code in this kernel can change what it prints.
 ADVISORY = "advisory: the grade is what the sandboxed grader gives when the notebook is graded"
-_LAB_RE = re.compile(r"lab\d+_\w+")
 _CACHE: dict[str, dict] = {}
 _MAX_SHOWN = 4000
 
@@ -91,7 +89,7 @@ def _kernel_dependencies(lab: str) -> dict[str, str]:
     """Other lab modules this kernel imported from files (lab2 imports lab1_attention)."""
     deps = {}
     for name, module in list(sys.modules.items()):
-        if name == lab or not _LAB_RE.fullmatch(name):
+        if name == lab or not LAB_MODULE_RE.fullmatch(name):
             continue
         path = getattr(module, "__file__", None)
         if path and path.endswith(".py") and os.path.isfile(path):

@@ -20,12 +20,12 @@ import torch
 from helpers import expectation, fixture_names, grade, make_submission
 from grader import paths
 from grader.engine.reference import load_reference
-from grader.engine.student import Session
+from grader.engine.student import Session, StudentLab
 from grader.errors import EXIT_GRADER_FAULT, GraderFault, RubricError, SandboxError
-from grader.grading import Grader
+from grader.grading import Grader, required_names
 from grader.outputs.gradescope import write_gradescope
 from grader.rubric import load_rubric
-from grader.sandbox import Zygote, protocol, wire
+from grader.sandbox import Zygote, make_scratch, protocol, wire
 
 
 def lab_scores(result) -> dict[str, tuple[float, float, str]]:
@@ -187,11 +187,30 @@ def test_a_sandbox_that_dies_mid_submission_is_a_grader_fault_not_a_score(rubric
         dying = DyingZygote(own, die_at=3)
         with Grader(rubric, zygote=dying) as grader:
             assert grader.alive
-            with pytest.raises(SandboxError, match="zygote stopped during grading") as exc:
+            with pytest.raises(SandboxError, match="failed during grading .its zygote stopped") \
+                    as exc:
                 grader.grade(paths.SOLUTIONS)
             assert not grader.alive
     assert dying.spawned >= 3
     assert isinstance(exc.value, GraderFault) and exc.value.exit_code == EXIT_GRADER_FAULT
+
+
+class RefusingZygote(DyingZygote):
+    """A live zygote that cannot start one worker (a fault of the sandbox's own)."""
+
+    def spawn(self, **kwargs):
+        self.spawned += 1
+        if self.spawned == self.die_at:
+            raise SandboxError("could not start a worker: no reply")
+        return self.zygote.spawn(**kwargs)
+
+
+def test_a_worker_the_sandbox_cannot_start_is_a_grader_fault_not_a_score(rubric, zygote):
+    refusing = RefusingZygote(zygote, die_at=2)
+    with Grader(rubric, zygote=refusing) as grader, \
+            pytest.raises(SandboxError, match="could not start a worker"):
+        grader.grade(paths.SOLUTIONS)
+    assert refusing.alive
 
 
 def test_a_submission_that_ends_its_own_worker_is_scored_as_its_own_fault(rubric, zygote,
@@ -253,7 +272,18 @@ def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_pat
         "    return sorted(n for n in dir(_l1) if not n.startswith('_'))\n"))
     with Grader(rubric, zygote=zygote) as grader:
         result = grader.grade(submission, labs=["lab2_multihead"])
+        provided = grader._provided
     assert result.lab("lab2_multihead").score == result.lab("lab2_multihead").max_score
+    scratch = make_scratch({f.name: f.read_bytes() for f in submission.glob("lab*.py")})
+    real = Session(zygote=zygote, submission_dir=scratch.name, forbidden={}, provided=provided)
+    try:
+        real.start_test(10, test="t", lab="lab2_multihead")
+        # What the worker's lab1_attention holds: the contract's names, no student code.
+        assert StudentLab(real, "lab2_multihead").call("_probe_names") == \
+            sorted(required_names("lab1_attention.py"))
+    finally:
+        real.close()
+        scratch.cleanup()
     session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
                       provided={"lab2_multihead": {"lab1_attention": ["causal_mask"]}})
     with pytest.raises(ValueError, match="is not provided"):

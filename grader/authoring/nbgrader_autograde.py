@@ -22,7 +22,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from grader import paths
 from grader.errors import NotebookError
 from grader.grading import Grader
-from grader.intake.notebook import Cell, extract_lab_source, given_imports, grade_id_for
+from grader.intake.notebook import (Cell, extract_lab_source, given_imports, grade_id_for,
+                                    is_test_cell)
 from grader.rubric import load_rubric
 
 def _error(headline: str, message: str) -> NotebookNode:
@@ -61,8 +62,7 @@ class SandboxedGrades(NbGraderPreprocessor):
         if spec is None:
             return {}, f"{lab}.ipynb is not one of the rubric's labs"
         cells = [Cell(label=f"code cell {i}", source=_source(c),
-                      test=bool(c.get("metadata", {}).get("nbgrader", {}).get("grade")
-                                and not c.get("metadata", {}).get("nbgrader", {}).get("solution")))
+                      test=is_test_cell(_source(c), c.get("metadata")))
                  for i, c in enumerate(c for c in nb.cells if c.get("cell_type") == "code")]
         ids = {grade_id_for(lab, name, t.visibility): name for name, t in spec.tests.items()}
         # What a cell may show: a hidden test only by its opaque grade id (never its name).

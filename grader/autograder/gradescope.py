@@ -268,10 +268,13 @@ def run(config: RunnerConfig) -> int:
 
     from grader import paths
     from grader.errors import RubricError, SubmissionError
-    from grader.rubric import load_rubric
+    from grader.rubric import check_rubric_against_suites, load_rubric
 
     try:
         rubric = load_rubric(paths.RUBRIC)
+        problems = check_rubric_against_suites(rubric, paths.SUITES)
+        if problems:
+            raise RubricError(problems)
         labs = config.labs or list(rubric.labs)
         unknown = [lab for lab in labs if lab not in rubric.labs]
         if unknown:
@@ -291,8 +294,11 @@ def run(config: RunnerConfig) -> int:
     from grader.grading import Grader
     from grader.sandbox import Limits
 
-    grader = Grader(rubric, sandbox_mode=config.sandbox_mode,
-                    limits=Limits(memory_mb=config.worker_memory_mb))
+    def new_grader() -> Grader:
+        return Grader(rubric, sandbox_mode=config.sandbox_mode,
+                      limits=Limits(memory_mb=config.worker_memory_mb))
+
+    grader = new_grader()
 
     def watchdog() -> None:
         if partial.time_out(config.budget_s):
@@ -331,8 +337,7 @@ def run(config: RunnerConfig) -> int:
                 partial.result.status = f"grader error in {lab}"
                 if not grader.alive:
                     grader.close()
-                    grader = Grader(rubric, sandbox_mode=config.sandbox_mode,
-                                    limits=Limits(memory_mb=config.worker_memory_mb)).start()
+                    grader = new_grader().start()
                 continue
             lab_result = graded.labs[0]
             say(f"{lab}: {lab_result.score:g}/{lab_result.max_score:g} "

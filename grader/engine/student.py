@@ -151,6 +151,7 @@ class Session:
     test: str = ""                                  # node id of the current test
     lab: str = ""                                   # the lab of the current test
     made: int = 0                                   # calls the current test has made
+    fault: SandboxError | None = None               # the sandbox failed us (not the student)
 
     def __post_init__(self):
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
@@ -211,12 +212,15 @@ class Session:
         try:
             worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
                                        forbidden=list(self.forbidden.get(lab, ())),
-                                       **({"provided": provided} if provided else {}))
-            if provided:
-                worker.on_callback = functools.partial(self._callback, lab)
+                                       provided=provided)
         except SandboxError as exc:
+            # Not the student's doing: the test in flight fails at once, and the Grader
+            # turns the whole submission into a grader fault (``fault``), never a score.
+            self.fault = self.fault or exc
             raise StudentError(kind="crash", message=f"the sandbox failed: {exc}",
                                lab=lab) from None
+        if provided:
+            worker.on_callback = functools.partial(self._callback, lab)
         self.workers[lab] = worker
         return worker
 
@@ -248,11 +252,12 @@ class Session:
         if not isinstance(reply, dict):
             worker.kill()
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
-        self.last_stdout = str(reply.get("stdout", ""))[:4000]
+        self.last_stdout = _text(reply.get("stdout"), 4000)
         used = reply.get("forbidden")
         error = reply.get("error")
+        mro = error.get("mro") if isinstance(error, dict) else None
         if isinstance(used, list) and used and not (
-                isinstance(error, dict) and "ForbiddenAPIError" in (error.get("mro") or ())):
+                isinstance(mro, list) and "ForbiddenAPIError" in mro):
             # Reported even when student code caught the ForbiddenAPIError.
             names = ", ".join(sorted({str(u)[:200] for u in used}))
             raise StudentError(kind="forbidden", lab=lab, type_name="ForbiddenAPIError",

@@ -64,7 +64,7 @@ MAX_LINE_CHARS = 10_000
 MAX_NESTING = 100               # brackets open at once, or names in one dotted chain
 _DOTTED_CHAIN_RE = re.compile(r"(?:\.\s*[A-Za-z_]\w*\s*){%d}" % MAX_NESTING)
 
-_LAB_MODULE_RE = re.compile(r"lab\d+_\w+$")
+LAB_MODULE_RE = re.compile(r"lab\d+_\w+$")   # a lab module's name (lab1_attention)
 _CELL_MAGIC_RE = re.compile(r"\s*%%(\w+)")
 _PY_BODY_CELL_MAGICS = {"time", "capture"}          # their body runs as ordinary Python code
 _MAGIC_LINE_RE = re.compile(r"(\s*)(?:[%!]|[\w.,\s]+=\s*[%!])")
@@ -353,7 +353,7 @@ def _root_name(node: ast.AST) -> str | None:
 
 def _module_available(name: str) -> bool:
     top = name.split(".")[0]
-    if _LAB_MODULE_RE.match(top) or top == "__future__":
+    if LAB_MODULE_RE.match(top) or top == "__future__":
         return True
     try:
         return importlib.util.find_spec(top) is not None
@@ -482,10 +482,10 @@ def given_imports(lab_file: str, solutions_dir: str | Path | None = None) -> str
     parts = []
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):
-            names = [a for a in stmt.names if not _LAB_MODULE_RE.match(a.name.split(".")[0])]
+            names = [a for a in stmt.names if not LAB_MODULE_RE.match(a.name.split(".")[0])]
             parts += [f"import {a.name}" + (f" as {a.asname}" if a.asname else "") for a in names]
         elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module \
-                and not _LAB_MODULE_RE.match(stmt.module.split(".")[0]) and stmt.module != "__future__":
+                and not LAB_MODULE_RE.match(stmt.module.split(".")[0]) and stmt.module != "__future__":
             names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in stmt.names)
             parts.append(f"from {stmt.module} import {names}")
     return "; ".join(parts)

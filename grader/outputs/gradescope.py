@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_write_text
+from grader.outputs.text import capped
 from grader.results import SubmissionResult, TestResult
 
 # How a rubric visibility maps to Gradescope's: hidden tests appear after grades are published.
@@ -13,11 +14,6 @@ GRADESCOPE_VISIBILITY = {"public": "visible", "hidden": "after_published"}
 TEST_OUTPUT_CAP = 2048          # characters of one test's output
 REPORT_TEXT_CAP = 64 * 1024     # characters of all outputs of one results.json together
 
-
-def _cap(text: str, cap: int) -> str:
-    if len(text) <= cap:
-        return text
-    return text[: cap - 14] + " ... (cut off)" if cap > 28 else text[:cap]
 
 
 def gradescope_payload(result: SubmissionResult) -> dict:
@@ -32,7 +28,7 @@ def gradescope_payload(result: SubmissionResult) -> dict:
                 "max_score": round(t.max_score, 4),
                 "status": t.status,
                 "visibility": GRADESCOPE_VISIBILITY[t.visibility],
-                "output": _cap(_output_text(t), TEST_OUTPUT_CAP),
+                "output": capped(_output_text(t), TEST_OUTPUT_CAP),
                 "output_format": "text",
                 "tags": [lab.name],
             })
@@ -41,9 +37,9 @@ def gradescope_payload(result: SubmissionResult) -> dict:
     # each cut to what is left of the budget, then the notes.
     budget = REPORT_TEXT_CAP
     for test in tests:
-        test["output"] = _cap(test["output"], max(0, budget))
+        test["output"] = capped(test["output"], max(0, budget))
         budget -= len(test["output"])
-    overview = _cap("\n".join(result.notes + notes), max(0, budget))
+    overview = capped("\n".join(result.notes + notes), max(0, budget))
     return {
         "score": round(result.score, 4),
         "execution_time": round(result.execution_time, 3),

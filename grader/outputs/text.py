@@ -16,6 +16,13 @@ from grader.results import TestResult
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
+def capped(text: str, cap: int) -> str:
+    """``text`` cut to ``cap`` characters, saying so when there is room to."""
+    if len(text) <= cap:
+        return text
+    return text[: cap - 14] + " ... (cut off)" if cap > 28 else text[:cap]
+
+
 def printable(text: str) -> str:
     """``text`` with control characters and lone surrogates replaced by U+FFFD."""
     return _UNPRINTABLE.sub("\ufffd", str(text).replace("\r\n", "\n").replace("\r", "\n"))

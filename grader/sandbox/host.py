@@ -23,17 +23,17 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 from grader.errors import SandboxError
-from grader.sandbox import wire
+from grader.sandbox import protocol, wire
 from grader.sandbox.jail import children_of
+from grader.secret import secret_path
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 SLOT_UID_BASE = 61000   # root mode: slot n runs as uid 61000 + n
 START_TIMEOUT_S = 60.0
-MAX_CALLBACKS = 256     # a worker's calls into other labs while answering one request
 
 
 class WorkerTimeout(Exception):
@@ -89,7 +89,7 @@ def hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
 
     out = []
     for p in [Path(__file__).resolve().parent.parent, paths.SOLUTIONS, paths.RUBRIC,
-              paths.EXAMPLES, paths.COURSE / ".grader-secret", *extra]:
+              paths.EXAMPLES, secret_path(), *extra]:
         real = str(Path(p).resolve())
         if real not in out and real != "/":
             out.append(real)
@@ -158,7 +158,7 @@ class Worker:
         try:
             # The whole reply must arrive by the deadline, however the worker trickles it,
             # and whatever it asks of other labs on the way (each answered at once).
-            for _ in range(MAX_CALLBACKS + 1):
+            for _ in range(protocol.MAX_CALLBACKS + 1):
                 header_len, payload_len = wire.PREFIX.unpack(
                     self._read(wire.PREFIX.size, deadline))
                 if header_len > wire.MAX_HEADER_BYTES:
@@ -180,7 +180,7 @@ class Worker:
                     return frame
                 self._outbox += wire.encode({"callback_reply": self._callback(frame)})
                 self._pump()
-            raise wire.WireError(f"more than {MAX_CALLBACKS} callbacks in one reply")
+            raise wire.WireError(f"more than {protocol.MAX_CALLBACKS} callbacks in one reply")
         except socket.timeout:
             self.kill()
             raise WorkerTimeout() from None

@@ -69,7 +69,8 @@ from __future__ import annotations
 
 import torch
 
-OPS = ("call", "grad", "state_dict", "buffer")    # what ``answer`` answers; probe is the worker's
+OPS = ("call", "grad", "state_dict", "buffer")
+MAX_CALLBACKS = 256     # a worker's calls into other labs while answering one request    # what ``answer`` answers; probe is the worker's
 
 
 # --------------------------------------------------------------------------- requests

@@ -144,9 +144,6 @@ class CappedText(io.TextIOBase):
         return out
 
 
-MAX_CALLBACKS = 256     # calls into other labs while answering one request
-
-
 class OtherLabs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """The other labs a lab imports, as proxies the grader answers (protocol "Callbacks").
 
@@ -239,8 +236,9 @@ class Server:
     def callback(self, req: dict):
         """Ask the grader for another lab's answer (protocol "Callbacks"); its value."""
         self.callbacks += 1
-        if self.callbacks > MAX_CALLBACKS:
-            raise RuntimeError(f"more than {MAX_CALLBACKS} calls into other labs in one call")
+        if self.callbacks > protocol.MAX_CALLBACKS:
+            raise RuntimeError(f"more than {protocol.MAX_CALLBACKS} calls into other labs "
+                               "in one call")
         req = protocol.plain(req)       # plain tensors only (no subclass, no graph)
         self.sock.sendall(wire.encode({"callback": req}))
         while True:
