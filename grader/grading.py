@@ -263,7 +263,12 @@ class Grader:
                     continue
                 session.start_test(self.rubric.labs[lab].time_limit_s)
                 error = session.probe(lab, names=required_names(self.rubric.labs[lab].file))
-                if error is not None:
+                if error is not None and error.kind == "forbidden":
+                    # Found in the source before any test ran, on whatever branch it sits.
+                    problems[lab] = ("forbidden_api", error.describe(hidden=False) + (
+                        " (the whole file is checked before any test runs, branches the "
+                        "tests might not take included)"))
+                elif error is not None:
                     problems[lab] = ("import_error", error.describe(hidden=False))
                 else:
                     runnable.append(lab)
@@ -330,7 +335,8 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
     """One TestResult per rubric test; a parametrized test passes only if all cases pass.
 
     ``lab_problems``: lab -> (status, message) for labs that could not be graded (status
-    ``missing``, ``error`` or ``import_error``); their tests fail with the message.
+    ``missing``, ``error``, ``import_error`` or ``forbidden_api``); their tests fail with the
+    message.
     """
     by_test: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:

@@ -43,7 +43,7 @@ class LabResult:
     name: str                    # module name, e.g. lab1_attention
     title: str
     file: str
-    status: str = "graded"       # graded | missing | import_error | error
+    status: str = "graded"       # graded | missing | import_error | forbidden_api | error
     message: str = ""
     tests: list[TestResult] = field(default_factory=list)
 

@@ -221,6 +221,20 @@ def test_grader_check_runs_from_the_unpacked_bundle(release, tmp_path):
                         for t in spec["tests"].values() if t["visibility"] == "public")
     assert f"Total: {public_points}/{public_points}" in solved.stdout
 
+    # No mistake catalogue in a release (it is built from the solutions), so no named
+    # mistake: the failure messages still say in words what differs, and the README
+    # promises no more than that.
+    assert not (release / "grader" / "mistakes").exists()
+    buggy = make_submission("bug_softmax_dim", tmp_path / "buggy")
+    wrong = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(buggy),
+                            "--lab", "lab1_attention"], cwd=tmp_path,
+                           env={**env, "COLUMNS": "2000"},      # one table row per line
+                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert "sum to 1 along seq_q instead of seq_k" in " ".join(wrong.stdout.split())
+    readme = (release / "README.md").read_text()
+    assert "a likely cause" not in readme and "cannot, since naming" in " ".join(readme.split())
+
 
 def test_release_pyproject_builds_a_package_with_the_public_suites(release, tmp_path):
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",

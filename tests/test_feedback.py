@@ -21,7 +21,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from helpers import expectation, fixture_names, grade as shared_grade, make_submission
+from helpers import FIXTURES, expectation, fixture_names, grade as shared_grade, make_submission
 from grader import paths
 from grader.engine.compare import Mismatch, assert_close
 from grader.diagnose import diagnose, examine
@@ -56,6 +56,15 @@ EXPECTED = {
     "bug_activation_ignored": "activation_ignored",
     "bug_float32_cast": "float32_cast",
     "bug_detached_residual": "detached_gradients",
+    # written as in well-known public implementations (each a way they differ from the contract)
+    "bug_mask_fill_finite": "mask_fill_finite",
+    "bug_mha_mask_fill_finite": "mask_fill_finite",
+    "bug_weights_before_dropout": "weights_before_dropout",
+    "bug_dropout_missing": "dropout_missing",
+    "bug_gelu_tanh": "gelu_tanh",
+    "bug_float32_constant": "float32_precision",
+    "bug_causal_top_left": "causal_top_left",
+    "bug_mask_polarity_multiplied": "mask_inverted",
 }
 CORRECT = ["solutions"] + fixture_names("ok_")
 
@@ -108,6 +117,8 @@ def test_every_catalogued_mistake_has_a_fixture():
     ids = {m.id for lab in LABS for m in catalogue(lab)}
     assert ids == set(EXPECTED.values()), "catalogue and EXPECTED disagree"
     assert set(EXPECTED) <= set(fixture_names("bug_")), "a fixture in EXPECTED is missing"
+    assert set(fixture_names("bug_")) - set(EXPECTED) == {"bug_forbidden_branch"}, \
+        "a bug_ fixture that no test expects a diagnosis of"
     for m in all_mistakes().values():
         assert isinstance(m, Mistake)
         assert ": " not in m.name and m.hint and len(m.diagnosis) < 400, m.id
@@ -127,9 +138,10 @@ def test_fixture_mistake_is_named(fixture, graded):
     for lab in breaks:
         fails = [t for t in result.lab(lab).tests if not t.passed]
         assert fails, f"{fixture}: {lab} should fail some test"
-        named = [t.name for t in fails if t.diagnosis and name_of(t.diagnosis) == want]
-        assert named, (f"{fixture}: no failing test of {lab} names {want!r}: "
-                       f"{[(t.name, t.diagnosis) for t in fails]}")
+        # Every failing test names the cause, not only one of them.
+        unnamed = [(t.name, t.diagnosis) for t in fails
+                   if not t.diagnosis or name_of(t.diagnosis) != want]
+        assert not unnamed, f"{fixture}: failing tests of {lab} that do not name {want!r}: {unnamed}"
     wrong = {(lab, t.name): t.diagnosis for lab, t in failing(result)
              if t.diagnosis and name_of(t.diagnosis) != want}
     assert not wrong, f"{fixture}: other mistakes named: {wrong}"
@@ -228,6 +240,87 @@ def test_only_diagnosable_failures_are_examined():
     for kind in ("not_implemented", "timeout", "crash", "forbidden", "import"):
         assert not diagnosable(StudentError(kind=kind))
     assert not diagnosable(TypeError("cannot unpack"))
+
+
+def test_forbidden_api_on_one_branch_is_the_lab_status_and_says_where(graded):
+    """nanoGPT's fused path taken only when need_weights=False: found in the source before any
+    test runs; the lab reads forbidden_api (not import_error), naming the file and line."""
+    result, _ = graded("bug_forbidden_branch", ("lab1_attention", "lab2_multihead"))
+    lab2 = result.lab("lab2_multihead")
+    line = next(i for i, text in enumerate(
+        (FIXTURES / "bug_forbidden_branch" / "lab2_multihead.py").read_text().splitlines(), 1)
+        if "functional.scaled_dot_product_attention(" in text)
+    assert lab2.status == "forbidden_api" and lab2.score == 0
+    assert f"lab2_multihead.py:{line}: uses torch.nn.functional.scaled_dot_product_attention" \
+        in lab2.message
+    assert "branches the tests might not take" in lab2.message
+    assert all(t.message == lab2.message and not t.passed for t in lab2.tests)
+    assert result.lab("lab1_attention").score == result.lab("lab1_attention").max_score
+    payload = gradescope_payload(result)
+    assert payload["extra_data"]["labs"]["lab2_multihead"]["status"] == "forbidden_api"
+
+
+def _mismatch(actual, expected, **kw) -> Mismatch:
+    with pytest.raises(Mismatch) as info:
+        assert_close(actual, expected, tol=TOL, **kw)
+    return info.value
+
+
+def test_unexplained_differences_are_put_in_words():
+    """A failure the catalogue cannot name still says what differs: which rows, what kind of
+    values, which axis sums to 1; hidden messages keep the words and drop every number."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.softmax(torch.randn(2, 6, 5, generator=gen), dim=-1)
+    axes = ("batch", "seq_q", "seq_k")
+    rows_off = w.clone()
+    rows_off[:, 3] = 0.0
+    m = _mismatch(rows_off, w, name="weights", axes=axes)
+    assert "only at seq_q 3 (1 of 6)" in m.public and "only at seq_q 3 (1 of 6)" in m.hidden
+    assert "your values are 0 where non-zero values are expected" in m.hidden
+
+    m = _mismatch(torch.softmax(torch.log(w), dim=-2), w, name="weights", axes=axes)
+    assert "your values sum to 1 along seq_q instead of seq_k" in m.hidden
+
+    scaled = w * 1.5
+    m = _mismatch(scaled, w, name="weights", axes=axes)
+    assert "off by the same factor (1.5)" in m.public
+    assert "off by the same factor (a scale?)" in m.hidden and "1.5" not in m.hidden
+
+    w64 = w.double()
+    with pytest.raises(Mismatch) as info:
+        assert_close(w64 * (1 + 3e-8), w64, tol=Tolerance(atol=1e-12, rtol=1e-10),
+                     name="weights", axes=axes)
+    m = info.value
+    assert "float32 rounding level" in m.hidden
+
+    mask = torch.ones(3, 7, dtype=torch.bool).tril(4)
+    m = _mismatch(torch.ones(3, 7, dtype=torch.bool).tril(), mask, name="mask",
+                  axes=("seq_q", "seq_k"))
+    assert "12 False where True is expected" in m.hidden
+    assert not re.search(r"expected -?\d|got -?\d", m.hidden)
+
+
+def test_detached_gradients_are_not_named_when_the_forward_is_wrong():
+    """The detached-gradients hint says the forward values are right: it may only be named
+    when they are (zero input gradients from a wrong forward are another mistake)."""
+    from grader.mistakes import gradients_detached, Context
+    from grader.sandbox.protocol import grad_request
+    q = torch.randn(1, 3, 4, dtype=torch.float64)
+    req = grad_request("scaled_dot_product_attention", [q, q.flip(1), q * 2], {},
+                       [torch.ones(1, 3, 4, dtype=torch.float64), None])
+    ctx = Context(lab="lab1_attention", test="t", exc=Mismatch("x"), calls=[], tol=TOL)
+    ref = ctx.run(__import__("grader.mistakes", fromlist=["Impl"]).Impl("lab1_attention"),
+                  RecordedCall("lab1_attention", req))
+    assert ref.ok, ref.error
+    zero_grads = {**ref.value, "input_grads": [torch.zeros_like(g) for g in
+                                                ref.value["input_grads"]]}
+    right_forward = RecordedCall("lab1_attention", req, value=zero_grads)
+    assert gradients_detached(Context(lab="lab1_attention", test="t", exc=Mismatch("x"),
+                                      calls=[right_forward], tol=TOL))
+    wrong = {**zero_grads, "output": [torch.zeros_like(o) for o in ref.value["output"]]}
+    wrong_forward = RecordedCall("lab1_attention", req, value=wrong)
+    assert not gradients_detached(Context(lab="lab1_attention", test="t", exc=Mismatch("x"),
+                                          calls=[wrong_forward], tol=TOL))
 
 
 def test_shape_mismatch_names_axes_and_suggests_transpose():

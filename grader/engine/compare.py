@@ -42,6 +42,126 @@ def _shape_hint(actual: tuple, expected: tuple, axes) -> str:
     return ""
 
 
+MAX_LISTED = 6          # indices named one by one in a description; past it, a count
+
+
+def _where(bad: torch.Tensor, axes) -> str:
+    """Which slices hold the differences: the axes along which only some indices differ
+    (at most two, the most confined first), e.g. "only at seq_q 0, 3 (2 of 8)"."""
+    if bad.dim() == 0 or (bad.dim() == 1 and not axes):
+        return ""               # a flat selection of elements: its positions mean nothing
+    named = axes if axes and len(axes) == bad.dim() else [f"dim {i}" for i in range(bad.dim())]
+    confined = []
+    for d in range(bad.dim()):
+        size = bad.shape[d]
+        if size < 2:
+            continue
+        others = [i for i in range(bad.dim()) if i != d]
+        hit = bad.any(dim=others) if others else bad
+        idx = hit.nonzero().flatten().tolist()
+        if 0 < len(idx) <= size // 2:          # confined to a minority: worth naming
+            confined.append((len(idx) / size, named[d], idx, size))
+    if not confined:
+        return ""
+    confined.sort(key=lambda c: c[0])
+    parts = []
+    for _, axis, idx, size in confined[:2]:
+        listed = ", ".join(map(str, idx)) if len(idx) <= MAX_LISTED else f"{len(idx)} indices"
+        parts.append(f"{axis} {listed} ({len(idx)} of {size})")
+    return "only at " + " and ".join(parts)
+
+
+def _normalised_along(a64: torch.Tensor, e64: torch.Tensor, axes=None) -> str:
+    """Distributions along the wrong axis: the expected values sum to 1 along the last axis
+    (attention weights), yours along another one (a softmax over the wrong axis?)."""
+    if a64.dim() < 2 or not bool((e64 >= 0).all()):
+        return ""
+    ones = torch.ones((), dtype=a64.dtype)
+    rows = e64.sum(dim=-1)
+    if not bool(((rows - ones).abs() < 1e-4).all()):
+        return ""
+    if bool(((a64.sum(dim=-1) - ones).abs() < 1e-4).all()):
+        return ""
+    for d in range(a64.dim() - 1):
+        if a64.shape[d] > 1 and bool(((a64.sum(dim=d) - ones).abs() < 1e-4).all()):
+            axis = axes[d] if axes and len(axes) == a64.dim() else f"dim {d}"
+            last = axes[-1] if axes and len(axes) == a64.dim() else "the last axis"
+            return (f"your values sum to 1 along {axis} instead of {last} (a softmax over "
+                    "the wrong axis?)")
+    return ""
+
+
+def _pattern(a64: torch.Tensor, e64: torch.Tensor, bad: torch.Tensor, *,
+             hidden: bool, axes=None) -> str:
+    """What the differing values have in common, in words (no expected value for hidden
+    tests): zeros where numbers belong, one constant factor or offset, a transpose, the sign,
+    float32 rounding, small differences everywhere."""
+    normalised = _normalised_along(a64, e64, axes)
+    if normalised:
+        return normalised
+    got, exp = a64[bad], e64[bad]
+    if bool((got == 0).all()) and bool((exp != 0).all()):
+        return "your values are 0 where non-zero values are expected"
+    if bool((exp == 0).all()):
+        return "non-zero values where 0 is expected"
+    if a64.dim() >= 2 and a64.shape[-1] == a64.shape[-2] and a64.shape[-1] > 1:
+        swapped = e64.transpose(-2, -1)
+        if bool(((a64 - swapped).abs() <= 1e-6 + 1e-5 * swapped.abs()).all()):
+            return "they equal the expected values with the last two axes swapped (a transpose?)"
+    nonzero = exp != 0
+    if bool(nonzero.sum() >= 2):
+        ratio = got[nonzero] / exp[nonzero]
+        mid = float(ratio.median())
+        if abs(mid - 1.0) > 1e-3 and bool(((ratio - mid).abs() <= 1e-4 * abs(mid)).all()):
+            if mid == -1.0 or abs(mid + 1.0) < 1e-4:
+                return "every differing value has the wrong sign"
+            factor = "" if hidden else f" ({mid:.4g})"
+            return f"every differing value is off by the same factor{factor} (a scale?)"
+    scale = float(e64.abs().max()) or 1.0
+    rel = float((a64 - e64).abs().max()) / scale       # the error against the values' size
+    if a64.dtype == torch.float64 and rel < 1e-5:
+        return ("the differences are at float32 rounding level (about 1e-7 of the values): "
+                "a float32 value or step inside float64 maths?")
+    if got.numel() >= 2:
+        offset = got - exp
+        mid = float(offset.median())
+        if abs(mid) > 1e-3 * scale and bool(((offset - mid).abs() <= 1e-5 * abs(mid)).all()):
+            shift = "" if hidden else f" ({mid:.4g})"
+            return f"every differing value is off by the same amount{shift} (a missing or extra term?)"
+    if rel < 1e-2:
+        return ("the values are close everywhere (within 1% of their size) but not within "
+                "tolerance: an approximation, or a slightly different formula?")
+    return ""
+
+
+def describe_difference(actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor,
+                        axes=None, *, hidden: bool = False) -> str:
+    """One sentence saying what differs where, e.g. "The differences are only at seq_q 0, 3
+    (2 of 8); your values are 0 where non-zero values are expected." Never raises."""
+    try:
+        where = _where(bad, axes)
+        what = "" if not actual.is_floating_point() else _pattern(
+            actual.double(), expected.double(), bad, hidden=hidden, axes=axes)
+        if not actual.is_floating_point():
+            got_true = int((bad & actual.bool()).sum())
+            got_false = int(bad.sum()) - got_true
+            what = ", ".join(p for p in (
+                f"{got_true} True where False is expected" if got_true else "",
+                f"{got_false} False where True is expected" if got_false else "") if p) \
+                if actual.dtype == torch.bool else ""
+    except Exception:  # noqa: BLE001 - a description must never hide the failure itself
+        return ""
+    if bad.all() and bad.numel() > 1:
+        where = "every element differs"
+    elif where:
+        where = "the differences are " + where
+    parts = [p for p in (where, what) if p]
+    if not parts:
+        return ""
+    text = "; ".join(parts)
+    return " " + text[0].upper() + text[1:] + ("" if text.endswith("?") else ".")
+
+
 def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
                  axes: Sequence[str] | None = None, hint: str = "") -> None:
     """Check ``actual`` against ``expected``: type, exact shape, dtype, finite, then values.
@@ -67,12 +187,13 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
         bad = actual != expected
         if bad.any():
             idx = tuple(int(i) for i in bad.nonzero()[0])
+            words = describe_difference(actual, expected, bad, axes)
             raise Mismatch(
                 f"{name}: {int(bad.sum())} of {bad.numel()} elements differ; first at index "
-                f"{idx}: expected {expected[idx].item()}, got {actual[idx].item()}"
-                + (f". Likely cause: {hint}" if hint else ""),
-                f"{name}: {int(bad.sum())} of {bad.numel()} elements differ"
-                + (f". Likely cause: {hint}" if hint else ""),
+                f"{idx}: expected {expected[idx].item()}, got {actual[idx].item()}.{words}"
+                + (f" Likely cause: {hint}" if hint else ""),
+                f"{name}: {int(bad.sum())} of {bad.numel()} elements differ.{words}"
+                + (f" Likely cause: {hint}" if hint else ""),
             )
         return
     finite = torch.isfinite(actual)
@@ -102,9 +223,10 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
         f"{name}: {n_bad} of {n} elements outside tolerance (atol={tol.atol:g}, "
         f"rtol={tol.rtol:g}); worst at {at}: expected {e64[idx].item():.6g}, got "
         f"{a64[idx].item():.6g} (error {err[idx].item():.3g}); max error "
-        f"{err.max().item():.3g}.{cause}"
+        f"{err.max().item():.3g}.{describe_difference(actual, expected, bad, axes)}{cause}"
     )
-    hidden = f"{name}: {n_bad} of {n} elements outside tolerance.{cause}"
+    hidden = (f"{name}: {n_bad} of {n} elements outside tolerance."
+              f"{describe_difference(actual, expected, bad, axes, hidden=True)}{cause}")
     raise Mismatch(public, hidden)
 
 

@@ -36,10 +36,11 @@ from typing import Callable
 import torch
 
 from grader.engine.memo import ValueCache, copy_value, value_key
+from grader.rubric import Tolerance
 from grader.sandbox import protocol
 
-__all__ = ["Context", "DropoutSite", "DropoutStats", "Impl", "Mistake", "Replay", "Rule",
-           "catalogue", "close", "replay", "LABS"]
+__all__ = ["Context", "DropoutPlacement", "DropoutSite", "DropoutStats", "Impl", "Mistake",
+           "Replay", "Rule", "catalogue", "close", "replay", "LABS"]
 
 LABS = ("lab1_attention", "lab2_multihead", "lab3_positional", "lab4_transformer_block")
 
@@ -320,6 +321,45 @@ class DropoutStats(Mistake):
         return active
 
 
+@dataclass
+class DropoutPlacement(Mistake):
+    """Dropout missing from the returned tensor it belongs to, recognised by exact values.
+
+    In a training call with dropout, the returned component (``site.component``: the
+    attention weights) is exactly the reference's *without* dropout. ``mode`` says what the
+    rest of the reply shows: ``"output_only"``, dropout acted elsewhere (the output uses
+    dropped weights; the weights returned are from before it); ``"none"``, no dropout at all
+    (the whole reply is the dropout-free one). Calls without dropout to do must match the
+    reference.
+    """
+    mode: str = "output_only"
+    site: Callable = None
+
+    def matches(self, ctx: Context) -> bool:
+        active = False
+        for call in ctx.evidence_first:
+            s = self.site(call.req)
+            if s is None or not s.training or s.p <= 0.0 or s.p >= 1.0:
+                if not ctx.matches_reference(call) and not ctx.is_random(call):
+                    return False
+                continue
+            if call.error is not None:
+                return False
+            clean = ctx.run(Impl(ctx.lab), call, s.clean_req, tag="clean")
+            if not clean.ok:
+                return False
+            try:
+                unchanged = close(s.component(call.value), s.component(clean.value), ctx.tol)
+            except (TypeError, IndexError, KeyError):
+                return False
+            if not unchanged:
+                return False
+            if close(call.value, clean.value, ctx.tol) != (self.mode == "none"):
+                return False
+            active = True
+        return active
+
+
 def dropout_consistent(got, clean, p: float, scale: float, tol) -> bool:
     """``got`` looks like dropout(p) of ``clean`` with survivors scaled by ``scale``."""
     if type(got) is not torch.Tensor or type(clean) is not torch.Tensor or got.shape != clean.shape:
@@ -395,6 +435,8 @@ def float64_narrowed(ctx: Context) -> bool:
 
 
 def gradients_detached(ctx: Context) -> bool:
+    """A gradient call whose forward output is right but whose input gradients are missing,
+    zero or wrong (its hint says the forward values are right: it must be true)."""
     for call in ctx.calls:
         if call.req.get("op") != "grad":
             continue
@@ -407,6 +449,8 @@ def gradients_detached(ctx: Context) -> bool:
         if not ref.ok or not isinstance(call.value, dict):
             continue
         got, exp = call.value, ref.value
+        if not close(got.get("output"), exp["output"], ctx.tol):
+            continue                    # the forward is wrong too: a mistake of its own
         s_in, r_in = tuple(got.get("input_grads") or ()), tuple(exp["input_grads"])
         if len(s_in) != len(r_in):
             continue
@@ -416,13 +460,39 @@ def gradients_detached(ctx: Context) -> bool:
                 return True
         # Forward and parameter gradients right, finite input gradients wrong: some path
         # from the inputs was cut off from autograd (.detach(), .data, no_grad, numpy).
-        if (close(got.get("output"), exp["output"], ctx.tol)
-                and close(got.get("param_grads"), exp["param_grads"], ctx.tol)
+        if (close(got.get("param_grads"), exp["param_grads"], ctx.tol)
                 and all(isinstance(s, torch.Tensor) and bool(torch.isfinite(s).all())
                         for s, r in zip(s_in, r_in, strict=False) if r is not None)
                 and not close(list(s_in), list(r_in), ctx.tol)):
             return True
     return False
+
+
+# float32 precision: what float32 rounding leaves of a float64 result (float32's epsilon is
+# 1.2e-7; a few roundings through a softmax, a matmul or a LayerNorm stay well inside this)
+FLOAT32_LEVEL = Tolerance(atol=1e-6, rtol=1e-5)
+
+
+def float32_precision(ctx: Context) -> bool:
+    """float64 in, float64 out, but only float32-precise (a float32 constant or an
+    intermediate step in float32); every other call is right."""
+    active = False
+    for call in ctx.evidence_first:
+        if ctx.matches_reference(call):
+            continue
+        if ctx.is_random(call) or call.error is not None:
+            return False
+        req = call.req
+        if not (req.get("dtype") == "float64" or _has_float64(req.get("args"))
+                or _has_float64(req.get("kwargs"))):
+            return False
+        ref = ctx.reference(call)
+        if not ref.ok or not _has_float64(ref.value):
+            return False
+        if not close(call.value, ref.value, FLOAT32_LEVEL):
+            return False
+        active = True
+    return active
 
 
 FLOAT32_CAST = Rule(
@@ -431,6 +501,15 @@ FLOAT32_CAST = Rule(
          "dtype=, a float32 constant); keep the input's dtype (x.dtype, torch.zeros_like, "
          "torch.ones(..., dtype=x.dtype)) so float64 in gives float64 out",
     predicate=float64_narrowed)
+
+FLOAT32_PRECISION = Rule(
+    id="float32_precision", name="float64 results only float32-precise",
+    hint="the dtype is float64, but somewhere a float32 value enters the maths (a constant "
+         "such as torch.sqrt(torch.FloatTensor([d_k])) or torch.tensor(x) made without dtype=, "
+         "or a step done in float32), so float64 results carry float32 rounding errors "
+         "(about 1e-7); use Python floats (math.sqrt(d_k)) or tensors made with the input's "
+         "dtype",
+    predicate=float32_precision)
 
 DETACHED = Rule(
     id="detached_gradients", name="detached gradients",

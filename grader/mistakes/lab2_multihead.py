@@ -12,6 +12,8 @@ from __future__ import annotations
 from grader.mistakes import (
     DETACHED,
     FLOAT32_CAST,
+    FLOAT32_PRECISION,
+    DropoutPlacement,
     DropoutSite,
     DropoutStats,
     Impl,
@@ -95,10 +97,12 @@ def mistakes():
         return Impl(LAB, {MHA: mha_class(base, **kw)})
 
     inherited = {key: Replay(id=key, name=NAMES[key][0], hint=NAMES[key][1] + VIA_LAB1,
-                             variants=[mha(**sw)]) for key, sw in SWITCHES.items()}
+                             variants=[mha(**sw) for sw in ways])
+                 for key, ways in SWITCHES.items()}
     site = mha_site(base)
     return [
         FLOAT32_CAST,
+        FLOAT32_PRECISION,
         Replay(id="split_no_transpose", name="heads split by reshape without transpose",
                hint="reshape (batch, seq, d_model) to (batch, seq, heads, d_head) first, then "
                     "transpose(1, 2) to (batch, heads, seq, d_head); reshaping straight to "
@@ -119,6 +123,7 @@ def mistakes():
                     "per-head q, k, v does this for you",
                variants=[mha(scale_d_model=True)]),
         inherited["nan_blocked_rows"],
+        inherited["mask_fill_finite"],
         inherited["mask_inverted"],
         inherited["mask_after_softmax"],
         inherited["softmax_dim"],
@@ -127,6 +132,11 @@ def mistakes():
                      hint=NAMES["dropout_in_eval"][1] + VIA_LAB1, mode="eval", site=site),
         DropoutStats(id="dropout_no_rescale", name=NAMES["dropout_no_rescale"][0],
                      hint=NAMES["dropout_no_rescale"][1] + VIA_LAB1, mode="no_rescale", site=site),
+        DropoutPlacement(id="weights_before_dropout", name=NAMES["weights_before_dropout"][0],
+                         hint=NAMES["weights_before_dropout"][1] + VIA_LAB1, mode="output_only",
+                         site=site),
+        DropoutPlacement(id="dropout_missing", name=NAMES["dropout_missing"][0],
+                         hint=NAMES["dropout_missing"][1] + VIA_LAB1, mode="none", site=site),
         DETACHED,
     ]
 

@@ -13,7 +13,7 @@ import re
 
 import torch
 
-from grader.mistakes import DETACHED, FLOAT32_CAST, Impl, Replay, Rule, bind
+from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay, Rule, bind
 
 LAB = "lab3_positional"
 FUNCTION = "sinusoidal_positional_encoding"
@@ -115,6 +115,7 @@ def mistakes():
 
     return [
         FLOAT32_CAST,
+        FLOAT32_PRECISION,
         Rule(id="odd_d_model", name="odd d_model not handled",
              hint="with an odd d_model there are d_model // 2 + 1 sine columns but only "
                   "d_model // 2 cosine columns: give the cosines only the angles they need "

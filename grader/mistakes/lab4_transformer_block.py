@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from grader.mistakes import DETACHED, FLOAT32_CAST, Impl, Replay
+from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay
 
 LAB = "lab4_transformer_block"
 
@@ -23,6 +23,18 @@ def feedforward_class(base, activation):
             return self.linear2(self.dropout(act(self.linear1(x))))
 
     return WrongFeedForward
+
+
+def tanh_gelu_class(base):
+    """FeedForward whose "gelu" is the tanh approximation (GPT-2's), not the exact erf GELU."""
+
+    class TanhGeluFeedForward(base):
+        def forward(self, x):
+            h = self.linear1(x)
+            h = F.relu(h) if self.activation == "relu" else F.gelu(h, approximate="tanh")
+            return self.linear2(self.dropout(h))
+
+    return TanhGeluFeedForward
 
 
 def block_class(base, *, norm_first=None, attn_residual=True, ff_residual=True, invert_mask=True,
@@ -63,13 +75,20 @@ def mistakes():
     def wrong_block(**kw):
         return Impl(LAB, {"TransformerBlock": block_class(block, **kw)})
 
-    def wrong_activation(activation):
-        wrong_ff = feedforward_class(ff, activation)
+
+    def with_feedforward(wrong_ff):
         return Impl(LAB, {"FeedForward": wrong_ff,
                           "TransformerBlock": block_class(block, feedforward=wrong_ff)})
 
     return [
         FLOAT32_CAST,
+        FLOAT32_PRECISION,
+        Replay(id="gelu_tanh", name="tanh-approximate GELU",
+               hint='activation="gelu" means the exact GELU, x * Phi(x) with the normal CDF '
+                    "(erf), as F.gelu and nn.TransformerEncoderLayer compute by default; the "
+                    "tanh formula 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) is an "
+                    "approximation that differs by up to ~1e-3",
+               variants=[with_feedforward(tanh_gelu_class(ff))]),
         Replay(id="mask_not_inverted",
                name="mask passed to nn.MultiheadAttention without inverting it",
                hint="nn.MultiheadAttention reads a boolean attn_mask as True = blocked, the "
@@ -91,6 +110,7 @@ def mistakes():
                hint='FeedForward must use the activation it was built with: F.relu for "relu", '
                     'F.gelu (the exact, erf-based default) for "gelu"; self.activation holds '
                     "the name",
-               variants=[wrong_activation("relu"), wrong_activation("gelu")]),
+               variants=[with_feedforward(feedforward_class(ff, "relu")),
+                         with_feedforward(feedforward_class(ff, "gelu"))]),
         DETACHED,
     ]

@@ -112,7 +112,8 @@ def test_dropout_zeroes_fraction_p_and_rescales_survivors(student, tol, gen):
     dropped = w == 0
     frac = dropped.double().mean().item()
     assert_true(abs(frac - p) <= 0.03, f"dropout_p={p} zeroed a fraction {frac:.3f} of the weights (expected {p} +- 0.03)",
-                hidden="training dropout did not zero a fraction of about dropout_p of the weights")
+                hidden="the weights returned in training show no dropout: about dropout_p of them should be "
+                       "zero (dropout acts on the weights themselves, those multiplied with v)")
     kept = ~dropped
     assert_close(w[kept], exp_w[kept] / (1 - p), tol=tol, name="surviving weights (expected softmax / (1 - p))")
     assert_close(out, (w.double() @ v.double()).float(), tol=tol, name="output (expected returned weights @ v)",
