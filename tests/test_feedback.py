@@ -565,6 +565,8 @@ def test_text_outputs_summarise_shared_diagnoses():
     out = buffer.getvalue()
     hint = SOFTMAX.split(": ", 1)[1]
     assert out.count(hint) == 1 and "(seen in 6 tests)" in out
+    assert out.index("lab1_attention - Attention: 1/9") < out.index("Likely cause: ") \
+        < out.index("test_shared_0") < out.index("lab2_multihead")
     assert out.count("Diagnosis: see 'softmax over the wrong axis' above") == 6
     assert out.count(MASK) == 2                         # unique in lab 1, and lab 3's
 

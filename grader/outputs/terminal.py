@@ -16,15 +16,18 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
 
     console = console or Console()
     for lab in result.labs:
-        table = Table(title=f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g}",
-                      title_justify="left", expand=False, show_lines=False)
+        causes = shared_causes(lab)
+        heading = f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g}"
+        table = Table(title=None if causes else heading, title_justify="left", expand=False,
+                      show_lines=False)
         table.add_column("test")
         table.add_column("result")
         table.add_column("points", justify="right")
         table.add_column("why", overflow="fold", max_width=90)
+        if causes:                 # the lab's heading above its likely causes, not the table
+            console.print(heading, style="italic", markup=False, highlight=False)
         if lab.message:
             console.print(f"[bold]{lab.file}[/bold]: {lab.message}", markup=True, highlight=False)
-        causes = shared_causes(lab)
         for cause in causes:       # written out once, above the table; each test refers to it
             console.print(cause.summary(), markup=False, highlight=False)
         for t in lab.tests:
