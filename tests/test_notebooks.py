@@ -529,6 +529,51 @@ def test_check_outside_a_kernel_says_so(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_check_hidden_prints_each_test_and_returns_the_points_passed(monkeypatch, capsys):
+    """The hidden tests' one cell: a line per test (value-free message), and as the cell's
+    result the points of those that passed, which nbgrader takes as partial credit."""
+    import grader.notebooks as kernel
+
+    reply = {"ok": True, "public": {}, "notes": [], "hidden": {
+        "aaa": {"points": 2, "passed": True, "message": ""},
+        "bbb": {"points": 1.5, "passed": False, "message": "weights: wrong values\nline two"},
+        "ccc": {"points": 1, "passed": True, "message": ""}}}
+    monkeypatch.setattr(kernel, "_reply", lambda lab: reply)
+    assert kernel.check_hidden(LAB1, ["aaa", "bbb", "ccc"]) == 3
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert out.out.splitlines() == [
+        "passed: hidden test 1 of 3 (2 points)",
+        "FAILED: hidden test 2 of 3 (0 of 1.5 points)",
+        "    weights: wrong values", "    line two",
+        "passed: hidden test 3 of 3 (1 point)",
+        f"hidden tests: 3 points ({kernel.ADVISORY})"]
+    with pytest.raises(kernel.GraderUnavailable, match="no hidden test 'zzz'"):
+        kernel.check_hidden(LAB1, ["aaa", "zzz"])
+
+
+def test_sandboxed_grades_score_the_hidden_cell_by_partial_credit():
+    """What SandboxedGrades writes into the hidden tests' cell, read by nbgrader's own
+    determine_grade: the points of the hidden tests that passed."""
+    pytest.importorskip("nbgrader")
+    from nbformat.notebooknode import from_dict
+    from nbgrader.utils import determine_grade
+
+    from grader.authoring.nbgrader_autograde import _hidden_outputs
+
+    cell = from_dict({"cell_type": "code", "source": "", "outputs": [], "metadata": {
+        "nbgrader": {"grade": True, "solution": False, "points": 4.5,
+                     "grade_id": HIDDEN_TESTS_GRADE_ID}}})
+    for outcomes, points in (
+            ([(True, "", "hidden test", 2.0), (False, "m", "hidden test", 0.0),
+              (True, "", "hidden test", 1.0)], 3.0),
+            ([(False, "m", "hidden test", 0.0)] * 2, 0.0),
+            ([(True, "", "hidden test", 2.0), (True, "", "hidden test", 2.5)], 4.5),
+            ([None], 0.0)):                     # a hidden test the grader did not run
+        cell.outputs = _hidden_outputs(outcomes, "why")
+        assert determine_grade(cell) == (points, 4.5)
+
+
 # ======================================================================================
 # Real nbgrader, end to end
 # ======================================================================================
