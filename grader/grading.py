@@ -85,14 +85,14 @@ class Grader:
             self._zygote.start()
         return self
 
-    def prepare(self) -> "Grader":
+    def prepare(self, labs: list[str] | None = None) -> "Grader":
         """Start the sandbox and the pytest session and, when sending calls ahead, record
-        the plan for every lab now (a batch's grading process does this before its first
-        student, so no student's time pays for it)."""
+        the plan for ``labs`` (default: every lab) now (a batch's grading process does this
+        before its first student, so no student's time pays for it)."""
         self.start()
         self._runner(self.visibility)
         if self.send_ahead:
-            self.call_plan(list(self.rubric.labs), self.visibility)
+            self.call_plan(list(labs or self.rubric.labs), self.visibility)
         return self
 
     @property

@@ -12,12 +12,13 @@ import ast
 import difflib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from grader.errors import RubricError, SuiteError  # noqa: F401 - raised here, caught by callers
+from grader import paths
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -108,6 +109,17 @@ class Rubric:
     def all_forbidden(self) -> tuple[str, ...]:
         """Every lab's forbidden APIs, sorted: what a sandbox zygote guards against."""
         return tuple(sorted({name for lab in self.labs.values() for name in lab.forbidden}))
+
+    def only(self, labs: list[str] | None) -> "Rubric":
+        """This rubric with only ``labs`` (kept in the rubric's order; None or all: itself),
+        e.g. what a one-lab batch scores out of. KeyError naming the labs for an unknown one."""
+        if not labs or set(labs) == set(self.labs):
+            return self
+        unknown = [lab for lab in labs if lab not in self.labs]
+        if unknown:
+            raise KeyError(f"unknown lab(s) {', '.join(unknown)}; the labs are "
+                           f"{', '.join(self.labs)}")
+        return replace(self, labs={name: lab for name, lab in self.labs.items() if name in labs})
 
     def lab_for_file(self, filename: str | Path) -> LabRubric | None:
         """The lab whose ``file`` is the base name of *filename* (``lab1_attention.py``,
@@ -526,6 +538,9 @@ def load_rubric(path: str | Path) -> Rubric:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if path.name == "rubric.yaml":
+            raise RubricError(f"no rubric.yaml in {path.parent.resolve()} (pass --course DIR "
+                              f"or set {paths.ENV})") from None
         raise RubricError(f"{path}: rubric file not found") from None
     except IsADirectoryError:
         raise RubricError(f"{path}: expected a rubric file, got a directory") from None

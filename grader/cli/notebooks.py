@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader import paths
-from grader.authoring.course_notebooks import course_drift, write_course
-from grader.authoring.nbgrader_bridge import export_results, load_result_files
 from grader.cli.common import load_rubric_arg
 
 
 def cmd_notebooks(args) -> int:
+    from grader import paths
+    from grader.authoring.course_notebooks import course_drift, write_course
+
     out = Path(args.out) if args.out else paths.COURSE / "notebooks"
     kwargs = {"labs": [args.lab] if args.lab else None,
               "include_dependencies": args.include_dependencies}
@@ -28,6 +28,8 @@ def cmd_notebooks(args) -> int:
 
 
 def cmd_nbgrader_export(args) -> int:
+    from grader.authoring.nbgrader_bridge import export_results, load_result_files
+
     results = load_result_files([Path(p) for p in args.results], student=args.student)
     report = export_results(args.db, results, score=args.score,
                             include_missing=args.include_missing)
