@@ -35,6 +35,7 @@ from grader.errors import (GradingIncomplete, RubricError, SandboxError, Submiss
                            ZipRejected)
 from grader.intake import Sanitized, sanitize
 from grader.intake.zips import unpack_zip
+from grader.outputs.atomic import use_output_mode
 from grader.outputs.text import capped
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
@@ -69,6 +70,7 @@ class Grader:
         problems = check_rubric_against_suites(self.rubric, paths.SUITES)
         if problems:
             raise RubricError(problems)
+        use_output_mode(self.rubric.output_mode)     # who may read what the grader writes
         self.visibility = tuple(visibility)
         self.send_ahead = send_ahead
         self._secret = secret

@@ -45,11 +45,14 @@ LAB_NAME_RE = re.compile(r"lab\d+_[a-z0-9_]+")
 TEST_NAME_RE = re.compile(r"test_\w+")
 DOTTED_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
-TOP_KEYS = ("version", "defaults", "lab_imports", "labs")
+TOP_KEYS = ("version", "defaults", "lab_imports", "output_mode", "labs")
 # What a lab's ``from lab1_attention import ...`` gives it while it is graded: the course's
 # reference answering its calls (the default: a lab's points depend on its own code only),
 # or the student's own file of that lab (cumulative grading).
 LAB_IMPORTS = ("reference", "student")
+# Who may read the files the grader writes: "group" (0644 less the umask, default) or
+# "private" (0600: only the grader's user).
+OUTPUT_MODES = ("group", "private")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
 LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "tests")
 TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s")
@@ -100,6 +103,7 @@ class Rubric:
     path: Path
     labs: dict[str, LabRubric]  # insertion (file) order
     lab_imports: str = "reference"   # one of LAB_IMPORTS
+    output_mode: str = "group"       # one of OUTPUT_MODES
 
     @property
     def max_points(self) -> float:
@@ -369,6 +373,16 @@ class _Validator:
                 self.error(node, "lab_imports", f"expected one of {', '.join(LAB_IMPORTS)}, "
                                                 f"got {self.got(node, value)}")
 
+        output_mode = "group"
+        if "output_mode" in top:
+            _, node = top["output_mode"]
+            ok, value = self.scalar(node, "output_mode")
+            if ok and value in OUTPUT_MODES:
+                output_mode = value
+            elif ok:
+                self.error(node, "output_mode", f"expected one of {', '.join(OUTPUT_MODES)}, "
+                                                f"got {self.got(node, value)}")
+
         labs: dict[str, LabRubric] = {}
         if self.require(top, "labs", root_line, "", "a mapping of labs (lab1_attention: ...)"):
             key_node, node = top["labs"]
@@ -381,7 +395,8 @@ class _Validator:
                     labs[name] = lab
         if self.errors:
             return None
-        return Rubric(path=self.path, labs=labs, lab_imports=lab_imports)
+        return Rubric(path=self.path, labs=labs, lab_imports=lab_imports,
+                      output_mode=output_mode)
 
     def lab(
         self,

@@ -46,6 +46,7 @@ from grader.batch.progress import Progress
 from grader.batch.students import Entry, list_students
 from grader.errors import RubricError, UsageError, ZipRejected
 from grader.intake.zips import check_zip
+from grader.outputs.atomic import use_output_mode
 from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.secret import course_secret
@@ -110,6 +111,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     labs = list(scored.labs)
+    use_output_mode(rubric.output_mode)
     out.mkdir(parents=True, exist_ok=True)
     entries = list_students(root, out=out)
     course = {**course_digests(rubric, course_secret()), "labs": labs}

@@ -30,7 +30,12 @@ def cmd_notebooks(args) -> int:
 def cmd_nbgrader_export(args) -> int:
     from grader.authoring.nbgrader_bridge import export_results, load_result_files
 
-    results = load_result_files([Path(p) for p in args.results], student=args.student)
+    skipped: list[str] = []
+    results = load_result_files([Path(p) for p in args.results], student=args.student,
+                                skipped=skipped)
+    if skipped:
+        print(f"skipped {len(skipped)} file(s) that hold no grader result: "
+              + ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""))
     report = export_results(args.db, results, score=args.score,
                             include_missing=args.include_missing)
     for line in report.lines:
