@@ -147,7 +147,8 @@ def test_results_json_per_student(graded, rubric):
                 f"{lab}: {v['status']}" for lab, v in data["extra_data"]["labs"].items()
                 if v["status"] != "graded")
         fingerprint = json.loads((out / student / "fingerprint.json").read_text())
-        assert set(fingerprint) == {"submission", "rubric", "suites"}
+        assert set(fingerprint) == {"submission", "rubric", "suites", "labs"}
+        assert fingerprint["labs"] == list(rubric.labs)      # the lab selection: all
     assert "../evil.py" in json.loads((out / "erin" / "results.json").read_text())["output"]
 
 

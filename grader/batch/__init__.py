@@ -150,6 +150,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         rss = max(rss, reply.get("rss_mb", 0.0))
         report.advance(reply)
 
+    pool = None
     try:
         for entry, fingerprint in instant:
             write_student(out, entry.student,
@@ -158,20 +159,17 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         if tasks:
             pool = Pool(jobs=jobs, rubric=rubric, out=out, budget_s=student_budget_s(scored),
                         on_done=done, labs=None if scored is rubric else labs)
-            try:
-                pool.run(tasks)
-            except KeyboardInterrupt:
-                with _no_ctrl_c():                # a second Ctrl-C must not cut the cleanup
-                    pool.close(wait=False)
-                raise
-            finally:
-                pool.close()
+            pool.run(tasks)
     except KeyboardInterrupt:
-        with _no_ctrl_c():
+        with _no_ctrl_c():                # a second Ctrl-C must not cut the cleanup short
+            if pool is not None:
+                pool.close(wait=False)    # every grading process, by its pid
             report.close()
         raise BatchInterrupted(f"{up_to_date + report.done} of {len(entries)} students graded; "
                                f"run the same command again to resume") from None
     finally:
+        if pool is not None:
+            pool.close()
         report.close()
 
     for stale in out.glob(".*.*"):                # temp files of a gradebook write that was killed

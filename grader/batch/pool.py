@@ -221,13 +221,19 @@ class Pool:
         # pool deadlocks). The server imports torch and the engine once (no ops) and forks
         # every grading process from there, so a restart costs no second torch import.
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["torch", "grader.grading"])
+        # quiet_interrupt first: the server ignores Ctrl-C from before it imports torch.
+        self.context.set_forkserver_preload(["grader.batch.quiet_interrupt", "torch",
+                                             "grader.grading"])
         self.rubric, self.out, self.budget_s, self.on_done = rubric, out, budget_s, on_done
         self.labs = list(labs) if labs else None
         self.scored = rubric.only(self.labs)       # what a failed student scores out of
         self.slots: dict[int, _Slot] = {}
-        for index in range(jobs):       # started from the main thread (PDEATHSIG is per thread)
-            self._start(index)
+        try:
+            for index in range(jobs):   # started from the main thread (PDEATHSIG is per thread)
+                self._start(index)
+        except BaseException:           # Ctrl-C while starting: none is left behind
+            self.close(wait=False)
+            raise
 
     def _start(self, index: int) -> None:
         ours, theirs = self.context.Pipe()
