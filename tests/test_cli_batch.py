@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -30,7 +31,8 @@ def grader_command() -> list[str]:
 
 def batch(*args, cwd=None):
     return subprocess.run([*grader_command(), "batch", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, env={**os.environ, "COLUMNS": "200"}, timeout=900)
+                          text=True, cwd=cwd, env={**os.environ, "COLUMNS": "200"}, timeout=900,
+                          umask=0o022)
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -59,6 +61,9 @@ def test_batch_one_lab_grades_and_totals_only_that_lab(tmp_path, rubric):
     assert results["score"] == lab2_points
     assert json.loads((out / "bob" / "fingerprint.json").read_text())["labs"] == [LAB2]
     assert f"(out of {lab2_points:g})" in proc.stdout
+    # what a batch writes, the course's group (a teaching assistant) can read
+    for written in (out / "grades.csv", out / "summary.json", out / "bob" / "results.json"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o644, written
 
     # The same lab again: everyone is up to date. Another lab: everyone is graded again.
     again = batch(root, "--out", out, "--lab", LAB2, "--jobs", "1")

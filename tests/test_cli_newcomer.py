@@ -198,6 +198,38 @@ def test_course_option_points_every_command_at_the_course(course_copy, tmp_path)
     assert str(course_copy / "exercises") in proc.stdout
 
 
+@pytest.mark.slow
+def test_an_installed_grader_finds_the_course_only_through_course_or_env(course_copy, tmp_path):
+    """As after ``pip install .``: the package alone in site-packages, no course beside it."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(paths.PACKAGE, site / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**_no_course_env(), "PYTHONPATH": str(site), "COLUMNS": "200"}
+
+    def grader(*argv, **extra):
+        return subprocess.run([*GRADER, *argv], capture_output=True, text=True, cwd=elsewhere,
+                              env={**env, **extra}, timeout=600)
+
+    where = subprocess.run(
+        [sys.executable, "-c", "import grader; print(grader.__file__)"], capture_output=True,
+        text=True, cwd=elsewhere, env=env)
+    assert where.stdout.strip() == str(site / "grader" / "__init__.py")
+    proc = grader("check")
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr == (f"error: no rubric.yaml in {site} (pass --course DIR or set "
+                           "GRADER_COURSE_DIR)\n")
+    proc = grader("--course", str(course_copy), "check", str(course_copy / "solutions"),
+                  "--lab", LAB3)
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    root = tmp_path / "class"
+    make_submission("ok_einsum", root / "ada")
+    proc = grader("batch", str(root), "--out", str(tmp_path / "out"), "--lab", LAB3,
+                  "--jobs", "1", **{paths.ENV: str(course_copy)})
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    assert (course_copy / ".grader-secret").is_file()     # the course's, not the kit's
+
+
 def test_a_missing_rubric_says_so_by_name(tmp_path):
     empty = tmp_path / "x" / "y"
     empty.mkdir(parents=True)
