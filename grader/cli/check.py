@@ -51,7 +51,10 @@ def lab_summary(lab) -> str:
     passed = sum(t.passed for t in lab.tests)
     line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
     if lab.status != "graded" and lab.message:
-        line += f" ({lab.message.splitlines()[0]})"
+        from grader.intake.names import FILES_FOUND
+
+        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
+        line += f" ({why})"
     return line
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 LAB_SUFFIXES = (".py", ".ipynb")
 MAX_LISTED = 10                 # files named in a "files found" list
+FILES_FOUND = "Files found:"  # what starts the list of a submission's files in a message
 CUTOFF = 0.75                   # difflib ratio of normalised names that counts as close
 
 _COPY = re.compile(r"(\s*\(\d+\)|\s*-?\s*copy(\s*\d+)?|\s*\[\d+\])+$", re.IGNORECASE)
@@ -78,5 +79,4 @@ def suggestion(expected: str, files: list[str], taken: set[str]) -> str:
     want = Path(expected).stem + first.suffix.lower()
     listed = ", ".join(files[:MAX_LISTED]) + (f" and {len(files) - MAX_LISTED} more"
                                                if len(files) > MAX_LISTED else "")
-    return (f"; found {', '.join(close[:3])}: did you mean {want}? Rename it to {want}. "
-            f"Files found: {listed}")
+    return f"; found {', '.join(close[:3])}: did you mean {want}? {FILES_FOUND} {listed}"
