@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,19 +106,28 @@ def test_ctrl_c_prints_one_line_and_no_traceback(tmp_path):
     proc = subprocess.Popen([*grader_command(), "batch", str(root), "--out", str(out),
                              "--jobs", "1"], start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    stderr_lines: list[str] = []
+    errors = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    errors.start()
     try:
+        # "graded 1/3" is printed once the batch has counted a_first; b_hang is next.
         deadline = time.monotonic() + 300
-        while not (out / "a_first" / "fingerprint.json").exists():
-            assert proc.poll() is None, proc.communicate()
+        while not any(line.startswith("graded 1/3") for line in list(lines)):
+            assert proc.poll() is None, (lines, stderr_lines)
             assert time.monotonic() < deadline, "no student was graded in time"
             time.sleep(0.05)
-        time.sleep(0.5)                   # b_hang is now being graded (or about to be)
         os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        reader.join(timeout=30)
+        errors.join(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    stdout, stderr = "".join(lines), "".join(stderr_lines)
     assert proc.returncode == EXIT_INTERRUPTED, stdout + stderr
     assert "Traceback" not in stderr, stderr
     assert re.fullmatch(r"interrupted: 1 of 3 students graded; run the same command again "
