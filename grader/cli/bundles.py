@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from grader.cli.common import labs_arg, load_rubric_arg, rubric_path_arg
+from grader.cli.common import grade_submission, labs_arg, load_rubric_arg, rubric_path_arg
 from grader.errors import UsageError
 
 
@@ -43,7 +43,6 @@ def cmd_gradescope(args) -> int:
 def cmd_classroom(args) -> int:
     from rich.console import Console
 
-    from grader.grading import grade_submission
     from grader.outputs.atomic import atomic_write_text
     from grader.outputs.classroom import classroom_encoded, classroom_payload
     from grader.outputs.terminal import render_table

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from grader.cli.common import grade_submission
 from grader.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -61,7 +62,6 @@ def lab_summary(lab) -> str:
 def cmd_check(args) -> int:
     from grader import paths
     from grader.cli.common import labs_arg, load_rubric_arg
-    from grader.grading import grade_submission
     from grader.outputs.terminal import render_table
 
     rubric = load_rubric_arg(args)

@@ -31,3 +31,11 @@ def labs_arg(values: list[str] | str | None) -> list[str]:
             if lab and lab not in labs:
                 labs.append(lab)
     return labs
+
+
+def grade_submission(*args, **kwargs):
+    """``grader.grading.grade_submission``, imported on the first call (no torch for
+    ``--help``); the command modules call it by this module-level name."""
+    from grader.grading import grade_submission as grade
+
+    return grade(*args, **kwargs)

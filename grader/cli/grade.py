@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grader.cli.common import grade_submission
 from grader.errors import EXIT_OK
 
 
 def cmd_grade(args) -> int:
     from grader.cli.common import load_rubric_arg
-    from grader.grading import grade_submission
     from grader.outputs.atomic import atomic_write_text
     from grader.outputs.gradescope import write_gradescope
     from grader.outputs.html import write_feedback_html
