@@ -101,13 +101,13 @@ def _pattern(a64: torch.Tensor, e64: torch.Tensor, bad: torch.Tensor, *,
         return normalised
     got, exp = a64[bad], e64[bad]
     if bool((got == 0).all()) and bool((exp != 0).all()):
-        return "your values are 0 where non-zero values are expected"
+        return "your values are 0 where they should not be"
     if bool((exp == 0).all()):
-        return "non-zero values where 0 is expected"
+        return "non-zero values where there should be 0"
     if a64.dim() >= 2 and a64.shape[-1] == a64.shape[-2] and a64.shape[-1] > 1:
         swapped = e64.transpose(-2, -1)
         if bool(((a64 - swapped).abs() <= 1e-6 + 1e-5 * swapped.abs()).all()):
-            return "they equal the expected values with the last two axes swapped (a transpose?)"
+            return "they are the right values with the last two axes swapped (a transpose?)"
     nonzero = exp != 0
     if bool(nonzero.sum() >= 2):
         ratio = got[nonzero] / exp[nonzero]
@@ -137,7 +137,8 @@ def _pattern(a64: torch.Tensor, e64: torch.Tensor, bad: torch.Tensor, *,
 def describe_difference(actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor,
                         axes=None, *, hidden: bool = False) -> str:
     """One sentence saying what differs where, e.g. "The differences are only at seq_q 0, 3
-    (2 of 8); your values are 0 where non-zero values are expected." Never raises."""
+    (2 of 8); your values are 0 where they should not be." Never raises. It never says
+    "expected": a hidden test's message must not read as if it showed expected values."""
     try:
         where = _where(bad, axes)
         what = "" if not actual.is_floating_point() else _pattern(
@@ -146,8 +147,8 @@ def describe_difference(actual: torch.Tensor, expected: torch.Tensor, bad: torch
             got_true = int((bad & actual.bool()).sum())
             got_false = int(bad.sum()) - got_true
             what = ", ".join(p for p in (
-                f"{got_true} True where False is expected" if got_true else "",
-                f"{got_false} False where True is expected" if got_false else "") if p) \
+                f"{got_true} True that should be False" if got_true else "",
+                f"{got_false} False that should be True" if got_false else "") if p) \
                 if actual.dtype == torch.bool else ""
     except Exception:  # noqa: BLE001 - a description must never hide the failure itself
         return ""
