@@ -28,7 +28,7 @@ from grader.suites._inputs import (
 X_AXES = ("batch", "seq", "d_model")
 KV_AXES = ("batch", "heads", "seq", "d_head")
 LOGIT_AXES = ("batch", "seq", "vocab")
-CFG = (11, 16, 4, 32, 2, 24)          # vocab, d_model, heads, d_ff, layers, max_len
+CFG = (29, 16, 4, 32, 2, 24)          # vocab, d_model, heads, d_ff, layers, max_len
 
 
 def _lm(student, sd, cfg=CFG):
@@ -96,15 +96,15 @@ def test_layer_past_kv_layout(student, tol, gen):
 
 
 def test_generate_matches_greedy_without_cache(student, tol, gen):
-    """generate(prompt, 6) with the cache picks the tokens that the argmax of the parallel
+    """generate(prompt, 8) with the cache picks the tokens that the argmax of the parallel
     forward over the whole sequence so far picks (greedy decoding without a cache)."""
     sd = decoder_lm_weights(gen, CFG)
-    prompt = random_tokens(gen, CFG[0], 2, 4)
-    got = _lm(student, sd).method("generate", prompt, 6)
-    ref_tokens, ref_logits = greedy_reference(sd, CFG, prompt, 6)
-    assert_true(isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 10)
+    prompt = random_tokens(gen, CFG[0], 3, 4)
+    got = _lm(student, sd).method("generate", prompt, 8)
+    ref_tokens, ref_logits = greedy_reference(sd, CFG, prompt, 8)
+    assert_true(isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 12)
                 and got.dtype == torch.int64,
-                "generate(prompt (2, 4), 6) should return a long tensor of shape (2, 10), got "
+                "generate(prompt (3, 4), 8) should return a long tensor of shape (3, 12), got "
                 + (f"{got.dtype} {tuple(got.shape)}" if isinstance(got, torch.Tensor) else repr(got)))
     assert_true(torch.equal(got[:, :4], prompt), "the first T0 tokens of generate's output must "
                 "be the prompt itself")
