@@ -10,6 +10,8 @@ reaches a model through its layers' class (``DecoderLM`` builds the reference la
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 import torch
 
@@ -103,6 +105,24 @@ def lm_class(base, *, positions="offset", layer=None):
     return WrongDecoderLM
 
 
+_SHAPE_ERROR = re.compile(r"[Ss]izes? of tensors? must match|size of tensor|shapes? cannot be "
+                          r"multiplied|must match the size|Expected size")
+
+
+@dataclass
+class ShapeCrashReplay(Replay):
+    """A Replay whose variants raise where the student's code raised: it names the mistake
+    only when each of the student's errors is a shape mismatch (torch.cat or a matmul
+    refusing the sizes), so that any other crash is not taken for it."""
+
+    def matches(self, ctx) -> bool:
+        for call in ctx.calls:
+            if call.error is not None and not (call.error.kind == "exception" and
+                                               _SHAPE_ERROR.search(call.error.message or "")):
+                return False
+        return super().matches(ctx)
+
+
 def mistakes():
     ref = Impl(LAB).reference
     lm, layer = ref.DecoderLM, ref.DecoderLayer
@@ -148,7 +168,7 @@ def mistakes():
                     "concatenation torch.cat([past_k, k], dim=2) (and the same for v), not "
                     "the past_kv that came in, so the next step sees this token too",
                variants=[wrong_layer(cache="not_appended")]),
-        Replay(id="cache_wrong_axis", name="cache concatenated on the wrong axis",
+        ShapeCrashReplay(id="cache_wrong_axis", name="cache concatenated on the wrong axis",
                hint="keys and values are (B, num_heads, T, d_head): the sequence axis is "
                     "dim 2 (or -2), so join past and new with torch.cat([past_k, k], dim=2); "
                     "dim=1 joins the heads",

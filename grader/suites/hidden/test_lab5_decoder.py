@@ -88,7 +88,9 @@ def test_cache_grows_linearly_per_layer(student, tol, gen):
         assert_true(isinstance(cache, (list, tuple)) and len(cache) == 3,
                     "the cache must hold one (k, v) per layer (3 here)")
         expected = decoder_cache_reference(sd, cfg, tokens[:, :length])
-        for i, (entry, (k_exp, v_exp)) in enumerate(zip(cache, expected)):
+        for i, (entry, (k_exp, v_exp)) in enumerate(zip(cache, expected, strict=True)):
+            assert_true(isinstance(entry, (list, tuple)) and len(entry) == 2,
+                        f"cache[{i}] must be a (k, v) pair")
             for j, (got, exp) in enumerate(((entry[0], k_exp), (entry[1], v_exp))):
                 assert_close(got, exp, tol=tol, axes=KV_AXES,
                              name=f"cache[{i}][{j}] after {length} tokens "

@@ -126,6 +126,8 @@ def test_cache_reference_prompt(student, tol, gen):
     assert_true(isinstance(cache, (list, tuple)) and len(cache) == CFG[4],
                 f"the cache should hold one (k, v) per layer ({CFG[4]}), got "
                 + (f"{len(cache)} entries" if isinstance(cache, (list, tuple)) else repr(type(cache))))
-    for i, (entry, (k_exp, v_exp)) in enumerate(zip(cache, expected)):
+    for i, (entry, (k_exp, v_exp)) in enumerate(zip(cache, expected, strict=True)):
+        assert_true(isinstance(entry, (list, tuple)) and len(entry) == 2,
+                    f"cache[{i}] must be a (k, v) pair")
         assert_close(entry[0], k_exp, tol=tol, name=f"cache[{i}][0] (layer {i}'s keys)", axes=KV_AXES)
         assert_close(entry[1], v_exp, tol=tol, name=f"cache[{i}][1] (layer {i}'s values)", axes=KV_AXES)
