@@ -66,6 +66,12 @@ EXPECTED = {
     "bug_float32_constant": "float32_precision",
     "bug_causal_top_left": "causal_top_left",
     "bug_mask_polarity_multiplied": "mask_inverted",
+    "bug_cache_positions_restart": "cache_positions_restart",
+    "bug_cache_positions_off_by_one": "cache_positions_off_by_one",
+    "bug_chunk_causal_top_left": "chunk_causal_top_left",
+    "bug_cache_only_new": "cache_only_new",
+    "bug_cache_not_appended": "cache_not_appended",
+    "bug_cache_wrong_axis": "cache_wrong_axis",
 }
 CORRECT = ["solutions"] + fixture_names("ok_")
 

@@ -504,3 +504,9 @@ class ModuleHandle:
 
     def __call__(self, *args, seed: int = 0, **kwargs):
         return self._lab._request(protocol.call_request(self._spec(), args, kwargs, seed))
+
+    def method(self, name: str, *args, seed: int = 0, **kwargs):
+        """``module.<name>(*args, **kwargs)`` in the worker: a public method other than
+        forward (e.g. ``generate``), on the module built as for ``__call__``."""
+        spec = {**self._spec(), "method": name}
+        return self._lab._request(protocol.call_request(spec, args, kwargs, seed))

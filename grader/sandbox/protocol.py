@@ -28,6 +28,8 @@ for byte. The fields (shapes are those of the tests' tensors; any dtype the wire
   state_dict    dict[str, Tensor] | None: loaded with strict=True, after the dtype cast
   train         bool: the module's training flag (dropout on or off)
   dtype         "float32" | "float64" | None: ``module.to(dtype)`` before the state dict
+  method        optional, with ctor only: str, a public method of the built module to call
+                instead of the module itself (e.g. "generate"); absent: ``module(...)``
   grad_outputs  grad only: list[Tensor | None], one per tensor of the output (tuples and
                 lists flattened depth first, see ``flat_tensors``), each of its tensor's
                 shape; None leaves that tensor out of the loss
@@ -83,15 +85,19 @@ def probe_request(names) -> dict:
 
 
 def module_spec(class_name: str, args, kwargs: dict, *, state_dict: dict | None = None,
-                train: bool = False, dtype: str | None = None) -> dict:
+                train: bool = False, dtype: str | None = None, method: str | None = None) -> dict:
     """The module ``class_name(*args, **kwargs)``, as the target of a request.
 
     ``dtype`` is "float32", "float64" or None (as built); ``state_dict`` (str -> Tensor)
     is loaded after the cast; ``train`` is the training flag. The module is built afresh,
-    seeded, for every request.
+    seeded, for every request. ``method``: call that public method of the module instead of
+    the module (its forward); the key is absent when None, so other requests are unchanged.
     """
-    return {"target": class_name, "ctor": {"args": list(args), "kwargs": dict(kwargs)},
+    spec = {"target": class_name, "ctor": {"args": list(args), "kwargs": dict(kwargs)},
             "state_dict": state_dict, "train": train, "dtype": dtype}
+    if method is not None:
+        spec["method"] = method
+    return spec
 
 
 def call_request(target, args, kwargs: dict, seed: int = 0) -> dict:
@@ -211,6 +217,14 @@ def answer(resolve, req: dict, owner: str):
         raise AttributeError(f"{owner} has no {req['target']}")
     if req.get("ctor") is not None:
         module = fn = _build_module(target, req)
+        method = req.get("method")
+        if method is not None:
+            if not (isinstance(method, str) and method.isidentifier()
+                    and not method.startswith("_")):
+                raise ValueError(f"bad method name {method!r}")
+            fn = getattr(module, method, None)
+            if not callable(fn):
+                raise AttributeError(f"{req['target']} has no method {method}")
     elif op in ("state_dict", "buffer"):
         raise ValueError(f"op {op!r} needs a class to build (ctor)")
     else:

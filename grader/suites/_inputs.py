@@ -260,3 +260,140 @@ def sinusoidal64(seq_len, d_model, base=10000.0):
     two_i = feature - feature % 2                     # 0, 0, 2, 2, 4, 4, ...
     angle = pos / torch.tensor(float(base), dtype=torch.float64) ** (two_i / d_model)
     return torch.where(feature % 2 == 0, torch.sin(angle), torch.cos(angle))
+
+
+# --------------------------------------------------------------------------------------------
+# lab 5: a decoder-only LM with a KV cache, against the reference solution in float64
+# --------------------------------------------------------------------------------------------
+
+LAYER_LINEARS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def decoder_layer_weights(gen, d_model, d_ff, prefix="", dtype=torch.float32):
+    """Random weights for the student's DecoderLayer, by its parameter names (``prefix``
+    "layers.0." for a model's layer). LayerNorm affines are random too."""
+    sd = {}
+    for name in LAYER_LINEARS:
+        sd[f"{prefix}{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype,
+                                             scale=1.5 / math.sqrt(d_model))
+        sd[f"{prefix}{name}.bias"] = randn(gen, d_model, dtype=dtype, scale=0.2)
+    for norm in ("norm1", "norm2"):
+        sd[f"{prefix}{norm}.weight"] = 1.0 + randn(gen, d_model, dtype=dtype, scale=0.3)
+        sd[f"{prefix}{norm}.bias"] = randn(gen, d_model, dtype=dtype, scale=0.3)
+    sd[f"{prefix}ff.0.weight"] = randn(gen, d_ff, d_model, dtype=dtype, scale=1.0 / math.sqrt(d_model))
+    sd[f"{prefix}ff.0.bias"] = randn(gen, d_ff, dtype=dtype, scale=0.3)
+    sd[f"{prefix}ff.2.weight"] = randn(gen, d_model, d_ff, dtype=dtype, scale=1.0 / math.sqrt(d_ff))
+    sd[f"{prefix}ff.2.bias"] = randn(gen, d_model, dtype=dtype, scale=0.3)
+    return sd
+
+
+def decoder_lm_weights(gen, cfg, dtype=torch.float32):
+    """Random weights for DecoderLM(*cfg), cfg = (vocab, d_model, heads, d_ff, layers, max_len).
+
+    Positional embeddings are as large as the token embeddings, so a position off by one
+    changes every logit; the head is scaled so greedy choices are rarely near-ties."""
+    vocab, d_model, _, d_ff, layers, max_len = cfg
+    sd = {"tok_emb.weight": randn(gen, vocab, d_model, dtype=dtype),
+          "pos_emb.weight": randn(gen, max_len, d_model, dtype=dtype)}
+    for i in range(layers):
+        sd.update(decoder_layer_weights(gen, d_model, d_ff, prefix=f"layers.{i}.", dtype=dtype))
+    sd["norm.weight"] = 1.0 + randn(gen, d_model, dtype=dtype, scale=0.3)
+    sd["norm.bias"] = randn(gen, d_model, dtype=dtype, scale=0.3)
+    sd["head.weight"] = randn(gen, vocab, d_model, dtype=dtype, scale=3.0 / math.sqrt(d_model))
+    return sd
+
+
+def random_tokens(gen, vocab, *shape):
+    """Seeded long tokens in [0, vocab)."""
+    return torch.randint(vocab, shape, generator=gen)
+
+
+def decoder_reference(class_name, ctor, sd):
+    """The reference solution's ``class_name(*ctor)`` in float64 holding ``sd``, eval mode."""
+    from grader.engine.reference import load_reference
+    module = getattr(load_reference("lab5_decoder"), class_name)(*ctor).double()
+    module.load_state_dict({k: v.double() for k, v in sd.items()}, strict=True)
+    return module.eval()
+
+
+def _cast(value, dtype):
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def decoder_layer_reference(sd, d_model, num_heads, d_ff, x, past_kv=None):
+    """Expected (y, (k_all, v_all)) of DecoderLayer(d_model, num_heads, d_ff), in x's dtype."""
+    layer = decoder_reference("DecoderLayer", (d_model, num_heads, d_ff), sd)
+    with torch.no_grad():
+        out = layer(x.double(), _cast(past_kv, torch.float64))
+    return _cast(out, x.dtype)
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def decoder_logits_reference(sd, cfg, tokens, dtype="float32"):
+    """Expected logits (B, T, vocab) of DecoderLM(*cfg).forward(tokens), in ``dtype``
+    ("float32" | "float64")."""
+    with torch.no_grad():
+        return decoder_reference("DecoderLM", cfg, sd)(tokens).to(getattr(torch, dtype))
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def decoder_cache_reference(sd, cfg, tokens):
+    """The cache [(k, v) per layer] after feeding ``tokens`` to the reference, in float32."""
+    with torch.no_grad():
+        _, cache = decoder_reference("DecoderLM", cfg, sd).forward_step(tokens)
+    return _cast(cache, torch.float32)
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def greedy_reference(sd, cfg, prompt, max_new_tokens):
+    """Greedy decoding *without* a cache: each new token is the argmax of the reference's
+    parallel forward over the whole sequence so far. Returns (tokens (B, T0 + n), the
+    float64 logits (B, n, vocab) each choice was made from)."""
+    model = decoder_reference("DecoderLM", cfg, sd)
+    seq, chosen_from = prompt, []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(seq)[:, -1]                                   # (B, vocab)
+            chosen_from.append(logits)
+            seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], dim=1)
+    vocab = cfg[0]
+    logits = (torch.stack(chosen_from, 1) if chosen_from
+              else torch.zeros(prompt.size(0), 0, vocab, dtype=torch.float64))
+    return seq, logits
+
+
+def decoder_layer_grads(sd, d_model, num_heads, d_ff, x, g_y):
+    """Reference (input grad, {parameter: grad}) of sum(DecoderLayer(x)[0] * g_y), float64."""
+    layer = decoder_reference("DecoderLayer", (d_model, num_heads, d_ff), sd)
+    x64 = x.double().requires_grad_(True)
+    y, _ = layer(x64)
+    (y * g_y.double()).sum().backward()
+    return x64.grad, {n: p.grad for n, p in layer.named_parameters()}
+
+
+def greedy_divergence(got, ref_tokens, ref_logits, t0, tol):
+    """Where ``got`` (B, T0 + n) departs from greedy decoding: None when it agrees, else
+    (row, step, got_token, expected_token). At the first difference of a row the prefixes
+    are equal, so the reference's logits there decide; a near-tie (the two logits within
+    ``tol`` of each other) accepts the rest of the row, whose prefix then differs."""
+    for row in range(ref_tokens.size(0)):
+        for step in range(ref_tokens.size(1) - t0):
+            g, e = int(got[row, t0 + step]), int(ref_tokens[row, t0 + step])
+            if g == e:
+                continue
+            logits = ref_logits[row, step]
+            if 0 <= g < logits.numel():
+                gap = float(logits[e] - logits[g])
+                if gap <= tol.atol + tol.rtol * float(logits[e].abs()):
+                    break                               # a tie: either choice is greedy
+            return row, step, g, e
+    return None
