@@ -21,16 +21,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import gc
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import paths
-from grader.engine.call_plan import CallPlan
-from grader.engine.plugin import Outcome
-from grader.engine.student import Session
-from grader.engine.suite_runner import SuiteRunner
 from grader.errors import (GradingIncomplete, RubricError, SandboxError, SubmissionError,
                            ZipRejected)
 from grader.intake import Sanitized, sanitize
@@ -38,8 +36,13 @@ from grader.intake.zips import unpack_zip
 from grader.outputs.text import capped
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
-from grader.sandbox import Limits, Zygote, make_scratch, protocol
+from grader.sandbox import Limits, Zygote, make_scratch
 from grader.secret import course_secret
+
+if TYPE_CHECKING:   # torch and pytest: imported by ``load_engine`` (see Grader.start)
+    from grader.engine.call_plan import CallPlan
+    from grader.engine.plugin import Outcome
+    from grader.engine.suite_runner import SuiteRunner
 
 VISIBILITIES = ("public", "hidden")
 TEST_TEXT_CAP = 2048        # characters of a test's message (and of its diagnosis, of a note)
@@ -79,18 +82,28 @@ class Grader:
         self._plans: dict[tuple, CallPlan | None] = {}
 
     # -- life cycle -----------------------------------------------------------------------
-    def start(self) -> "Grader":
-        """Start the sandbox now (else the first ``grade`` does); SandboxError if it cannot."""
+    def start(self, *, suites: bool = False) -> "Grader":
+        """Start the sandbox now (else the first ``grade`` does); SandboxError if it cannot.
+
+        The zygote is launched first, and this process imports torch and the engine
+        (``load_engine``) while the zygote imports its own: two processes, two cores, one
+        wait instead of two. ``suites``: also start the pytest session for the Grader's
+        visibility (its collection, on its own thread, overlaps the zygote's start too).
+        """
         if self._owns_zygote and not self._zygote.alive:
-            self._zygote.start()
+            self._zygote.launch()
+        load_engine()
+        if suites:
+            self._runner(self.visibility)
+        if self._owns_zygote:
+            self._zygote.start()            # waits for the zygote's hello, if not had yet
         return self
 
     def prepare(self) -> "Grader":
         """Start the sandbox and the pytest session and, when sending calls ahead, record
         the plan for every lab now (a batch's grading process does this before its first
         student, so no student's time pays for it)."""
-        self.start()
-        self._runner(self.visibility)
+        self.start(suites=True)
         if self.send_ahead:
             self.call_plan(list(self.rubric.labs), self.visibility)
         return self
@@ -166,6 +179,7 @@ class Grader:
     def isolation_problem(self, secrets: list[Path]) -> str | None:
         """None if a worker runs unprivileged and sees none of ``secrets``; else what is
         wrong (the Gradescope runner checks this before any submission code runs)."""
+        from grader.sandbox import protocol
         self.start()
         scratch = make_scratch({f"{PROBE_LAB}.py": _PROBE_SOURCE.encode()})
         worker = None
@@ -202,6 +216,7 @@ class Grader:
         """The long-lived pytest session for ``visibility`` (every lab's suites)."""
         runner = self._runners.get(visibility)
         if runner is None:
+            from grader.engine.suite_runner import SuiteRunner
             # pytest's start-up output stays off stdout.
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
                 runner = SuiteRunner(rubric=self.rubric, visibility=visibility,
@@ -221,6 +236,7 @@ class Grader:
         if key not in self._plans:
             plan = None
             if paths.SOLUTIONS.is_dir():
+                from grader.engine.call_plan import CallPlan
                 plan = CallPlan()
                 try:
                     self._grade_clean(sanitize(paths.SOLUTIONS, self.rubric,
@@ -247,6 +263,7 @@ class Grader:
     def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
                      name: str, *, plan: CallPlan | None,
                      recording: CallPlan | None = None) -> SubmissionResult:
+        from grader.engine.student import Session
         self.start()
         problems = {lab: (p.kind, p.message) for lab, p in clean.problems.items()
                     if lab in labs}
@@ -293,8 +310,38 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                      visibility: tuple[str, ...] = VISIBILITIES,
                      name: str | None = None) -> SubmissionResult:
     """Grade one submission with a Grader of its own (started and closed here)."""
-    with Grader(rubric, visibility=visibility) as grader:
-        return grader.grade(submission, labs=labs, name=name)
+    grader = Grader(rubric, visibility=visibility)
+    try:
+        # The sandbox and the pytest session start side by side (``Grader.start``).
+        grader.start(suites=True)
+        result = grader.grade(submission, labs=labs, name=name)
+    except BaseException:
+        grader.close(wait=False)        # as ``with Grader(...)`` leaves on an error
+        raise
+    grader.close()
+    return result
+
+
+def load_engine() -> None:
+    """Import what grading needs beyond the standard library (torch, pytest, the engine).
+
+    ``import grader.grading`` does not, so a one-off command (``grader check``) can launch
+    its zygote first (``Grader.start``) and import torch while the zygote imports its own.
+    The first time in a process, the heap as it stands is frozen (``gc.freeze``): the
+    imported modules live as long as the process, and no later collection, nor the
+    interpreter's exit, walks them again (exiting with torch loaded took 0.5-0.8 s here).
+    """
+    global _ENGINE_LOADED
+    if _ENGINE_LOADED:
+        return
+    import grader.engine.call_plan  # noqa: F401
+    import grader.engine.student  # noqa: F401
+    import grader.engine.suite_runner  # noqa: F401
+    _ENGINE_LOADED = True
+    gc.freeze()
+
+
+_ENGINE_LOADED = False
 
 
 PROBE_LAB = "lab0_sandbox_probe"

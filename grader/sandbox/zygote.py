@@ -43,7 +43,9 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 
+_T0 = time.monotonic()
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [HERE] + [p for p in sys.path if p and os.path.abspath(p) != HERE]
 
@@ -72,6 +74,9 @@ import jail  # noqa: E402
 import protocol  # noqa: E402
 import wire  # noqa: E402
 import worker  # noqa: E402
+
+# Seconds since this file began, sent in the hello (what a grader waits for, phase by phase).
+TIMINGS = {"imports_s": time.monotonic() - _T0}
 
 
 def warm_up() -> None:
@@ -205,7 +210,9 @@ try:
     WARM_UP = "ok"
 except Exception as _exc:  # noqa: BLE001
     WARM_UP = f"{type(_exc).__name__}: {_exc}"[:500]
+TIMINGS["warm_up_s"] = time.monotonic() - _T0
 settle()
+TIMINGS["settled_s"] = time.monotonic() - _T0
 
 
 # Root mode: lifeline read end -> the worker it keeps alive (the zygote is their keeper).
@@ -382,7 +389,8 @@ def main() -> None:
         mode = jail.detect_mode(hello.get("probe"))
     bindings = forbidden.index_bindings(hello.get("forbidden", []))
     control.send(json.dumps({"ready": True, "mode": mode, "pid": os.getpid(),
-                             "landlock": jail.landlock_abi(), "warm_up": WARM_UP}).encode())
+                             "landlock": jail.landlock_abi(), "warm_up": WARM_UP,
+                             "timings": {**TIMINGS, "ready_s": time.monotonic() - _T0}}).encode())
     poller = select.poll()
     poller.register(control, select.POLLIN)
     try:
