@@ -26,7 +26,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from grader.errors import BatchError, SubmissionError, ZipRejected
-from grader.grading import Grader
+from grader.grading import ENGINE_MODULES, Grader
 from grader.intake.zips import unpack_zip
 from grader.outputs.atomic import atomic_write_text
 from grader.outputs.gradebook import failed_result
@@ -202,7 +202,8 @@ class Pool:
         # pool deadlocks). The server imports torch and the engine once (no ops) and forks
         # every grading process from there, so a restart costs no second torch import.
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["torch", "grader.grading"])
+        # (``grader.grading`` itself loads no engine: see ``grading.load_engine``.)
+        self.context.set_forkserver_preload(["torch", "grader.grading", *ENGINE_MODULES])
         self.rubric, self.out, self.budget_s, self.on_done = rubric, out, budget_s, on_done
         self.slots: dict[int, _Slot] = {}
         for index in range(jobs):       # started from the main thread (PDEATHSIG is per thread)
