@@ -414,8 +414,9 @@ def test_zygote_warm_up_runs_without_error(zyg):
 
 def test_a_launched_zygote_is_waited_for_once_and_reports_its_start(scratch):
     """``launch`` starts the process without waiting (the grader imports torch meanwhile);
-    ``start`` waits for the hello; neither starts a second process."""
-    z = Zygote(forbidden=FORBIDDEN, slot=SLOT)
+    ``start`` waits for the hello; neither starts a second process. Without huge pages (as
+    for one submission) the zygote collapses no memory and serves workers all the same."""
+    z = Zygote(forbidden=FORBIDDEN, slot=SLOT, huge_pages=False)
     try:
         assert z.launch() is z and z.alive and z.pid is None      # no hello read yet
         proc = z._proc
@@ -425,6 +426,7 @@ def test_a_launched_zygote_is_waited_for_once_and_reports_its_start(scratch):
         assert probe_dir is not None and os.path.isdir(probe_dir)
         z.start()
         assert z._proc is proc and z.pid == proc.pid and z.warm_up == "ok"
+        assert z.huge_page_regions == 0
         assert not os.path.exists(probe_dir)                       # gone with the hello
         t = z.timings
         assert 0 < t["imports_s"] <= t["warm_up_s"] <= t["settled_s"] <= t["ready_s"] < 120

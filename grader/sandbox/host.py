@@ -96,9 +96,13 @@ class Zygote:
     mode: str = "auto"
     limits: Limits = field(default_factory=Limits)
     hide: tuple[str, ...] = ()
+    # Back the zygote's heap with 2 MB pages: each worker's fork and exit ~10 ms cheaper,
+    # for 0.1-1 s more at start. Worth it over many submissions; not for one.
+    huge_pages: bool = True
     pid: int | None = None
     landlock: int = 0           # the kernel's Landlock ABI (used in plain mode), 0 if none
     warm_up: str = ""           # "ok", or why the zygote's warm-up failed (workers run colder)
+    huge_page_regions: int = 0  # memory regions the zygote collapsed into huge pages
     # Seconds from the zygote's start to the end of its imports, warm-up and heap settling.
     timings: dict = field(default_factory=dict)
     _proc: subprocess.Popen | None = None
@@ -142,6 +146,7 @@ class Zygote:
             # A datagram: queued in the socket until the zygote, its imports done, reads it.
             ours.send(json.dumps({
                 "mode": self.mode, "forbidden": list(self.forbidden),
+                "huge_pages": bool(self.huge_pages),
                 "probe": {"submission": self._probe_dir, "read_only_paths": read_only_paths(),
                           "uid": SLOT_UID_BASE + self.slot},
             }).encode())
@@ -172,6 +177,7 @@ class Zygote:
         self.pid = int(hello["pid"])
         self.landlock = int(hello.get("landlock", 0))
         self.warm_up = str(hello.get("warm_up", ""))
+        self.huge_page_regions = int(hello.get("huge_page_regions", 0))
         timings = hello.get("timings")
         self.timings = {str(k): float(v) for k, v in timings.items()
                         if isinstance(v, (int, float))} if isinstance(timings, dict) else {}
