@@ -111,7 +111,7 @@ def phases(t: dict) -> list[tuple[str, float | None, float | None, str]]:
         ("grading", t.get("grading_start"), t.get("grading_end"),
          "labs' imports in workers + tests"),
         ("tests", t.get("tests_start"), t.get("tests_end"),
-         f"of which diagnoses {diag:.2f} s ({t.get('diagnoses', 0)} failed tests)"
+         f"of which diagnoses {diag:.2f} s ({int(t.get('diagnoses', 0))} failed tests)"
          if diag else "the pytest run"),
         ("output", t.get("output_start"), t.get("output_end"), "the terminal table"),
         ("exit", t.get("main_end"), t.get("exit_end"), "main() returned -> process gone"),

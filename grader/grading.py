@@ -60,16 +60,16 @@ class Grader:
     ``zygote``: a started zygote to share (tests); the caller keeps and closes it.
     ``secret``: the course secret hidden inputs derive from (default: the course folder's,
     made on first use, when hidden suites are graded; ``grader.secret``).
-    ``huge_pages``: the zygote backs its heap with 2 MB pages (``Zygote.huge_pages``):
-    cheaper workers for 0.1-1 s more at start; ``grade_submission``, one submission, says
-    False.
+    ``many_workers``: the zygote prepares its heap for many forks (``Zygote.many_workers``:
+    cheaper workers for 0.2-1.5 s more at start); ``grade_submission``, one submission,
+    says False.
     """
 
     def __init__(self, rubric: Rubric | None = None, *,
                  visibility: tuple[str, ...] = VISIBILITIES, send_ahead: bool = False,
                  slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
                  zygote: Zygote | None = None, secret: bytes | None = None,
-                 huge_pages: bool = True):
+                 many_workers: bool = True):
         self.rubric = rubric or load_rubric(paths.RUBRIC)
         # Before anyone is graded: a rubric test with no suite test (a typo), or a suite
         # test with no rubric entry, would silently cost every student its points.
@@ -82,7 +82,7 @@ class Grader:
         self._owns_zygote = zygote is None
         self._zygote = zygote or Zygote(forbidden=self.rubric.all_forbidden, slot=slot,
                                         mode=sandbox_mode, limits=limits or Limits(),
-                                        huge_pages=huge_pages)
+                                        many_workers=many_workers)
         self._runners: dict[tuple[str, ...], SuiteRunner] = {}
         self._plans: dict[tuple, CallPlan | None] = {}
 
@@ -315,8 +315,8 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                      visibility: tuple[str, ...] = VISIBILITIES,
                      name: str | None = None) -> SubmissionResult:
     """Grade one submission with a Grader of its own (started and closed here)."""
-    # One submission's few workers do not repay collapsing the zygote's heap into huge pages.
-    grader = Grader(rubric, visibility=visibility, huge_pages=False)
+    # One submission's few workers do not repay preparing the zygote's heap for many forks.
+    grader = Grader(rubric, visibility=visibility, many_workers=False)
     try:
         # The sandbox and the pytest session start side by side (``Grader.start``).
         grader.start(suites=True)

@@ -414,9 +414,9 @@ def test_zygote_warm_up_runs_without_error(zyg):
 
 def test_a_launched_zygote_is_waited_for_once_and_reports_its_start(scratch):
     """``launch`` starts the process without waiting (the grader imports torch meanwhile);
-    ``start`` waits for the hello; neither starts a second process. Without huge pages (as
-    for one submission) the zygote collapses no memory and serves workers all the same."""
-    z = Zygote(forbidden=FORBIDDEN, slot=SLOT, huge_pages=False)
+    ``start`` waits for the hello; neither starts a second process. Made for few workers
+    (one submission), the zygote collapses no memory and serves workers all the same."""
+    z = Zygote(forbidden=FORBIDDEN, slot=SLOT, many_workers=False)
     try:
         assert z.launch() is z and z.alive and z.pid is None      # no hello read yet
         proc = z._proc

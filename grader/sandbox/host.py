@@ -96,9 +96,10 @@ class Zygote:
     mode: str = "auto"
     limits: Limits = field(default_factory=Limits)
     hide: tuple[str, ...] = ()
-    # Back the zygote's heap with 2 MB pages: each worker's fork and exit ~10 ms cheaper,
-    # for 0.1-1 s more at start. Worth it over many submissions; not for one.
-    huge_pages: bool = True
+    # Many workers will be forked (a batch): the zygote collects its heap and backs it with
+    # 2 MB pages, each fork and exit ~10 ms cheaper, for 0.2-1.5 s more at start. Not worth
+    # it for one submission (``zygote.settle``).
+    many_workers: bool = True
     pid: int | None = None
     landlock: int = 0           # the kernel's Landlock ABI (used in plain mode), 0 if none
     warm_up: str = ""           # "ok", or why the zygote's warm-up failed (workers run colder)
@@ -146,7 +147,7 @@ class Zygote:
             # A datagram: queued in the socket until the zygote, its imports done, reads it.
             ours.send(json.dumps({
                 "mode": self.mode, "forbidden": list(self.forbidden),
-                "huge_pages": bool(self.huge_pages),
+                "many_workers": bool(self.many_workers),
                 "probe": {"submission": self._probe_dir, "read_only_paths": read_only_paths(),
                           "uid": SLOT_UID_BASE + self.slot},
             }).encode())

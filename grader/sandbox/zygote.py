@@ -190,7 +190,7 @@ def _warm_request_loop() -> None:
     torch.default_generator.manual_seed(0)      # every worker starts from the same state
 
 
-def settle(huge_pages: bool = True) -> int:
+def settle(many_workers: bool = True) -> int:
     """After the imports and the warm-up: freeze the heap, back it with huge pages.
 
     ``gc.freeze`` keeps the collector from walking (and so copying, page by page) every
@@ -198,14 +198,18 @@ def settle(huge_pages: bool = True) -> int:
     pages cuts what every fork copies and every exit frees (fork + exit of a torch process:
     ~20 ms -> ~8 ms measured here): the page tables shrink 512-fold, and a worker's first
     write to such a page still copies 4 KB. Returns the number of regions collapsed; none
-    where the kernel has no MADV_COLLAPSE (before Linux 6.1) or huge pages are off, and
-    none unless ``huge_pages``: the collapse itself costs 0.1-1 s (more on a busy machine),
-    which pays off over a batch's thousands of forks, not over one submission's few.
+    where the kernel has no MADV_COLLAPSE (before Linux 6.1) or huge pages are off.
+
+    Unless ``many_workers``, only the freeze: the full collection before it (0.1-0.5 s) and
+    the collapse (0.1-1 s, more on a busy machine) pay off over a batch's thousands of
+    forks, not over one submission's few; the garbage the imports left (a few thousand
+    objects) is frozen with the rest.
     """
-    gc.collect()
+    if many_workers:
+        gc.collect()
     gc.freeze()
     gc.enable()
-    return jail.collapse_huge_pages() if huge_pages else 0
+    return jail.collapse_huge_pages() if many_workers else 0
 
 
 # A warm-up that fails only makes workers slower, but it must not fail unseen: the grader
@@ -388,8 +392,8 @@ def main() -> None:
     jail.prctl(jail.PR_SET_DUMPABLE, 0)
     hello = json.loads(control.recv(1 << 16))
     # The hello was sent as the grader started us: it has been waiting, and says whether
-    # the heap goes into huge pages (a batch) or not (one submission).
-    collapsed = settle(huge_pages=hello.get("huge_pages", True) is not False)
+    # this zygote will fork many workers (a batch) or a few (one submission).
+    collapsed = settle(many_workers=hello.get("many_workers", True) is not False)
     TIMINGS["settled_s"] = time.monotonic() - _T0
     mode = hello.get("mode", "auto")
     if mode not in jail.MODES:
