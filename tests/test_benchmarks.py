@@ -100,7 +100,8 @@ def test_bench_check_runs_grader_check_cold_and_prints_its_figures(tmp_path):
         # before the first test runs; the table is printed after the tests.
         assert 0 < t["command_start"] <= t["zygote_start"] < t["torch_end"], (case, t)
         assert t["zygote_start"] < t["zygote_end"] <= t["tests_start"] < t["tests_end"], (case, t)
-        assert t["pytest_start"] < t["pytest_collected"] <= t["tests_start"], (case, t)
+        # (The tests are handed to the pytest thread, which may still be collecting.)
+        assert t["pytest_start"] < t["pytest_collected"] < t["tests_end"], (case, t)
         assert t["tests_end"] <= t["output_start"] < t["output_end"] <= t["main_end"], (case, t)
         assert t["main_end"] < t["exit_end"], (case, t)
         z = t["zygote_timings"]
