@@ -21,16 +21,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import gc
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import paths
-from grader.engine.call_plan import CallPlan
-from grader.engine.plugin import Outcome
-from grader.engine.student import Session
-from grader.engine.suite_runner import SuiteRunner
 from grader.errors import (GradingIncomplete, RubricError, SandboxError, SubmissionError,
                            ZipRejected)
 from grader.intake import Sanitized, sanitize
@@ -39,8 +37,13 @@ from grader.outputs.atomic import use_output_mode
 from grader.outputs.text import capped
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
-from grader.sandbox import Limits, Zygote, make_scratch, protocol
+from grader.sandbox import Limits, Zygote, make_scratch
 from grader.secret import course_secret
+
+if TYPE_CHECKING:   # torch and pytest: imported by ``load_engine`` (see Grader.start)
+    from grader.engine.call_plan import CallPlan
+    from grader.engine.plugin import Outcome
+    from grader.engine.suite_runner import SuiteRunner
 
 VISIBILITIES = ("public", "hidden")
 TEST_TEXT_CAP = 2048        # characters of a test's message (and of its diagnosis, of a note)
@@ -58,12 +61,16 @@ class Grader:
     ``zygote``: a started zygote to share (tests); the caller keeps and closes it.
     ``secret``: the course secret hidden inputs derive from (default: the course folder's,
     made on first use, when hidden suites are graded; ``grader.secret``).
+    ``many_workers``: the zygote prepares its heap for many forks (``Zygote.many_workers``:
+    cheaper workers for 0.2-1.5 s more at start); ``grade_submission``, one submission,
+    says False.
     """
 
     def __init__(self, rubric: Rubric | None = None, *,
                  visibility: tuple[str, ...] = VISIBILITIES, send_ahead: bool = False,
                  slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
-                 zygote: Zygote | None = None, secret: bytes | None = None):
+                 zygote: Zygote | None = None, secret: bytes | None = None,
+                 many_workers: bool = True):
         self.rubric = rubric or load_rubric(paths.RUBRIC)
         # Before anyone is graded: a rubric test with no suite test (a typo), or a suite
         # test with no rubric entry, would silently cost every student its points.
@@ -76,23 +83,34 @@ class Grader:
         self._secret = secret
         self._owns_zygote = zygote is None
         self._zygote = zygote or Zygote(forbidden=self.rubric.all_forbidden, slot=slot,
-                                        mode=sandbox_mode, limits=limits or Limits())
+                                        mode=sandbox_mode, limits=limits or Limits(),
+                                        many_workers=many_workers)
         self._runners: dict[tuple[str, ...], SuiteRunner] = {}
         self._plans: dict[tuple, CallPlan | None] = {}
 
     # -- life cycle -----------------------------------------------------------------------
-    def start(self) -> "Grader":
-        """Start the sandbox now (else the first ``grade`` does); SandboxError if it cannot."""
+    def start(self, *, suites: bool = False) -> "Grader":
+        """Start the sandbox now (else the first ``grade`` does); SandboxError if it cannot.
+
+        The zygote is launched first, and this process imports torch and the engine
+        (``load_engine``) while the zygote imports its own: two processes, two cores, one
+        wait instead of two. ``suites``: also start the pytest session for the Grader's
+        visibility (its collection, on its own thread, overlaps the zygote's start too).
+        """
         if self._owns_zygote and not self._zygote.alive:
-            self._zygote.start()
+            self._zygote.launch()
+        load_engine()
+        if suites:
+            self._runner(self.visibility)
+        if self._owns_zygote:
+            self._zygote.start()            # waits for the zygote's hello, if not had yet
         return self
 
     def prepare(self, labs: list[str] | None = None) -> "Grader":
         """Start the sandbox and the pytest session and, when sending calls ahead, record
         the plan for ``labs`` (default: every lab) now (a batch's grading process does this
         before its first student, so no student's time pays for it)."""
-        self.start()
-        self._runner(self.visibility)
+        self.start(suites=True)
         if self.send_ahead:
             self.call_plan(list(labs or self.rubric.labs), self.visibility)
         return self
@@ -168,6 +186,7 @@ class Grader:
     def isolation_problem(self, secrets: list[Path]) -> str | None:
         """None if a worker runs unprivileged and sees none of ``secrets``; else what is
         wrong (the Gradescope runner checks this before any submission code runs)."""
+        from grader.sandbox import protocol
         self.start()
         scratch = make_scratch({f"{PROBE_LAB}.py": _PROBE_SOURCE.encode()})
         worker = None
@@ -204,6 +223,7 @@ class Grader:
         """The long-lived pytest session for ``visibility`` (every lab's suites)."""
         runner = self._runners.get(visibility)
         if runner is None:
+            from grader.engine.suite_runner import SuiteRunner
             # pytest's start-up output stays off stdout.
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
                 runner = SuiteRunner(rubric=self.rubric, visibility=visibility,
@@ -223,6 +243,7 @@ class Grader:
         if key not in self._plans:
             plan = None
             if paths.SOLUTIONS.is_dir():
+                from grader.engine.call_plan import CallPlan
                 plan = CallPlan()
                 try:
                     self._grade_clean(sanitize(paths.SOLUTIONS, self.rubric,
@@ -249,6 +270,7 @@ class Grader:
     def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
                      name: str, *, plan: CallPlan | None,
                      recording: CallPlan | None = None) -> SubmissionResult:
+        from grader.engine.student import Session
         self.start()
         problems = {lab: (p.kind, p.message) for lab, p in clean.problems.items()
                     if lab in labs}
@@ -300,8 +322,52 @@ def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
                      visibility: tuple[str, ...] = VISIBILITIES,
                      name: str | None = None) -> SubmissionResult:
     """Grade one submission with a Grader of its own (started and closed here)."""
-    with Grader(rubric, visibility=visibility) as grader:
-        return grader.grade(submission, labs=labs, name=name)
+    # One submission's few workers do not repay preparing the zygote's heap for many forks.
+    grader = Grader(rubric, visibility=visibility, many_workers=False)
+    try:
+        # The sandbox and the pytest session start side by side (``Grader.start``).
+        grader.start(suites=True)
+        result = grader.grade(submission, labs=labs, name=name)
+    except BaseException:
+        grader.close(wait=False)        # as ``with Grader(...)`` leaves on an error
+        raise
+    grader.close()
+    return result
+
+
+# What ``load_engine`` imports (a batch's forkserver preloads them: ``grader.batch.pool``).
+ENGINE_MODULES = ("grader.engine.call_plan", "grader.engine.student",
+                  "grader.engine.suite_runner")
+
+
+def load_engine() -> None:
+    """Import what grading needs beyond the standard library (torch, pytest, the engine).
+
+    ``import grader.grading`` does not, so a one-off command (``grader check``) can launch
+    its zygote first (``Grader.start``) and import torch while the zygote imports its own.
+    The first time in a process, the heap as it stands is frozen (``gc.freeze``): the
+    imported modules live as long as the process, and no later collection, nor the
+    interpreter's exit, walks them again (exiting with torch loaded took 0.5-0.8 s here).
+    The collector is off while they load (~10% of torch's import time; the few thousand
+    objects of garbage the imports leave are frozen with them).
+    """
+    global _ENGINE_LOADED
+    if _ENGINE_LOADED:
+        return
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        import grader.engine.call_plan  # noqa: F401
+        import grader.engine.student  # noqa: F401
+        import grader.engine.suite_runner  # noqa: F401
+        _ENGINE_LOADED = True
+        gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_ENGINE_LOADED = False
 
 
 PROBE_LAB = "lab0_sandbox_probe"

@@ -76,3 +76,39 @@ def test_floor_report_states_the_budget_and_the_multiples(capsys):
     assert "isolation costs 0.090 CPU-s per submission" in out
     assert "1000 would take at least 3.0 min on 2 idle cores (1.5x the target's budget; " \
            "the batch: 2.0x)" in out
+
+
+def test_bench_check_runs_grader_check_cold_and_prints_its_figures(tmp_path):
+    """``benchmarks/bench_check.py`` in quick mode: one plain and one timed cold run of each
+    case; it prints (and writes) the figures. No timing is asserted: only that every run
+    graded as expected and every phase of the timeline was seen, in a possible order."""
+    import json
+    import subprocess
+    figures = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_check.py"), "--repeat", "1",
+                           "--breakdown", "1", "--json", str(figures)],
+                          capture_output=True, text=True, timeout=300)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(figures.read_text())
+    assert set(got["cases"]) == {"solutions", "stubs", "buggy"}
+    for case, fig in got["cases"].items():
+        assert len(fig["runs_s"]) == 1 and fig["median_s"] == fig["min_s"] > 0, case
+        assert f"\n{case:<10} " in proc.stdout and f"{case}: where the time goes" in proc.stdout
+        t = fig["timeline"]
+        # The zygote is launched before this process's torch import ends, and is ready
+        # before the first test runs; the table is printed after the tests.
+        assert 0 < t["command_start"] <= t["zygote_start"] < t["torch_end"], (case, t)
+        assert t["zygote_start"] < t["zygote_end"] <= t["tests_start"] < t["tests_end"], (case, t)
+        # (The tests are handed to the pytest thread, which may still be collecting.)
+        assert t["pytest_start"] < t["pytest_collected"] < t["tests_end"], (case, t)
+        assert t["tests_end"] <= t["output_start"] < t["output_end"] <= t["main_end"], (case, t)
+        assert t["main_end"] < t["exit_end"], (case, t)
+        z = t["zygote_timings"]
+        assert 0 < z["imports_s"] <= z["ready_s"], (case, z)
+    # Only failed tests are diagnosed: none for the solutions, some for the bug.
+    assert got["cases"]["solutions"]["timeline"]["diagnoses"] == 0
+    assert got["cases"]["buggy"]["timeline"]["diagnoses"] > 0
+    for phase in ("cli", "import torch", "zygote", "pytest", "grading", "tests", "output",
+                  "exit"):
+        assert f"\n  {phase:<14}" in proc.stdout, phase

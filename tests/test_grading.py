@@ -384,3 +384,59 @@ def test_a_lookup_table_leaked_from_another_course_scores_no_hidden_point(rubric
 
     assert hidden_points(leaked) > 0            # the table works where it was made
     assert hidden_points(other) == 0            # and nowhere else
+
+
+# --------------------------------------------------------------------------------------------
+# a one-off grading starts fast: the zygote loads while this process imports torch
+# --------------------------------------------------------------------------------------------
+
+def test_the_command_line_and_the_grader_import_no_torch_before_a_zygote_is_launched():
+    """``grader check`` launches its zygote and then imports torch while the zygote imports
+    its own: importing the CLI, ``grader.grading`` and ``grader.sandbox`` must not."""
+    import subprocess
+    import sys
+    code = ("import gc, sys, grader.cli, grader.grading, grader.sandbox\n"
+            "grader.cli.build_parser()\n"
+            "print(sorted(m for m in ('torch', 'pytest', 'numpy') if m in sys.modules))\n"
+            "grader.grading.load_engine()\n"
+            "print(all(m in sys.modules for m in ('torch', 'pytest',\n"
+            "                                     *grader.grading.ENGINE_MODULES)))\n"
+            "print(gc.isenabled(), gc.get_freeze_count() > 100_000)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    # Nothing heavy before the engine is asked for; then all of it, the collector back on
+    # and the loaded heap frozen (the batch's forkserver preloads the same modules).
+    assert out.stdout.split("\n")[:3] == ["[]", "True", "True True"], out.stdout + out.stderr
+
+
+def test_a_grader_launches_its_zygote_then_loads_the_engine_then_waits(rubric, monkeypatch):
+    import grader.grading as grading
+    order = []
+
+    class Recording(Zygote):
+        def launch(self):
+            if self._probe_dir is None and not self.alive:    # a launch, not a no-op
+                order.append("launch")
+            return super().launch()
+
+        def start(self):
+            order.append("wait" if self._probe_dir is not None else "start")
+            return super().start()
+
+    real_load, real_runner = grading.load_engine, Grader._runner
+    monkeypatch.setattr(grading, "Zygote", Recording)
+    monkeypatch.setattr(grading, "load_engine", lambda: (order.append("engine"), real_load()))
+    monkeypatch.setattr(Grader, "_runner",
+                        lambda self, v: (order.append(f"suites {v}"), real_runner(self, v))[1])
+    grader = Grader(rubric, visibility=("public",))
+    try:
+        grader.start(suites=True)
+        assert order == ["launch", "engine", "suites ('public',)", "wait"]
+        assert grader.alive and grader.sandbox_pid and grader._zygote.warm_up == "ok"
+        result = grader.grade(paths.SOLUTIONS, labs=["lab1_attention"])
+    finally:
+        grader.close()
+    public = [t.points for t in rubric.labs["lab1_attention"].tests.values()
+              if t.visibility == "public"]
+    assert result.score == sum(public) > 0 and result.status == "ok"
+    assert not grader.alive

@@ -412,6 +412,43 @@ def test_zygote_warm_up_runs_without_error(zyg):
     assert zyg.warm_up == "ok"
 
 
+def test_a_launched_zygote_is_waited_for_once_and_reports_its_start(scratch):
+    """``launch`` starts the process without waiting (the grader imports torch meanwhile);
+    ``start`` waits for the hello; neither starts a second process. Made for few workers
+    (one submission), the zygote collapses no memory and serves workers all the same."""
+    z = Zygote(forbidden=FORBIDDEN, slot=SLOT, many_workers=False)
+    try:
+        assert z.launch() is z and z.alive and z.pid is None      # no hello read yet
+        proc = z._proc
+        z.launch()
+        assert z._proc is proc                                     # launched once
+        probe_dir = z._probe_dir
+        assert probe_dir is not None and os.path.isdir(probe_dir)
+        z.start()
+        assert z._proc is proc and z.pid == proc.pid and z.warm_up == "ok"
+        assert z.huge_page_regions == 0
+        assert not os.path.exists(probe_dir)                       # gone with the hello
+        t = z.timings
+        assert 0 < t["imports_s"] <= t["warm_up_s"] <= t["settled_s"] <= t["ready_s"] < 120
+        z.start()
+        assert z._proc is proc                                     # started: a no-op
+        w = z.spawn(submission=scratch, lab=LAB, forbidden=[])
+        try:
+            assert call(w, "echo", torch.arange(3)).tolist() == [0, 1, 2]
+        finally:
+            w.kill()
+    finally:
+        z.close()
+    assert not z.alive and z._probe_dir is None
+
+
+def test_a_zygote_launched_but_never_started_is_closed_cleanly():
+    z = Zygote(forbidden=FORBIDDEN, slot=SLOT).launch()
+    pid, probe_dir = z._proc.pid, z._probe_dir
+    z.close()
+    assert _gone(pid) and not os.path.exists(probe_dir) and not z.alive
+
+
 def test_torch_threads_after_fork_do_not_deadlock(worker):
     t0 = time.monotonic()
     threads, right = call(worker, "threads_matmul", 1024, 2, timeout=60)

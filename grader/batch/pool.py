@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from grader.errors import BatchError, SubmissionError, ZipRejected
-from grader.grading import Grader
+from grader.grading import ENGINE_MODULES, Grader
 from grader.intake.zips import unpack_zip
 from grader.outputs.atomic import atomic_write_text
 from grader.outputs.gradebook import failed_result
@@ -222,8 +222,9 @@ class Pool:
         # every grading process from there, so a restart costs no second torch import.
         self.context = multiprocessing.get_context("forkserver")
         # quiet_interrupt first: the server ignores Ctrl-C from before it imports torch.
+        # (``grader.grading`` itself loads no engine: see ``grading.load_engine``.)
         self.context.set_forkserver_preload(["grader.batch.quiet_interrupt", "torch",
-                                             "grader.grading"])
+                                             "grader.grading", *ENGINE_MODULES])
         self.rubric, self.out, self.budget_s, self.on_done = rubric, out, budget_s, on_done
         self.labs = list(labs) if labs else None
         self.scored = rubric.only(self.labs)       # what a failed student scores out of

@@ -34,6 +34,7 @@ left, and plain mode has no PID namespace to end everything at once.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -43,7 +44,12 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 
+_T0 = time.monotonic()
+# No collection while torch loads (~10% of its import's CPU time here); ``settle`` collects
+# once, freezes the heap and turns the collector back on before any worker is forked.
+gc.disable()
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [HERE] + [p for p in sys.path if p and os.path.abspath(p) != HERE]
 
@@ -72,6 +78,9 @@ import jail  # noqa: E402
 import protocol  # noqa: E402
 import wire  # noqa: E402
 import worker  # noqa: E402
+
+# Seconds since this file began, sent in the hello (what a grader waits for, phase by phase).
+TIMINGS = {"imports_s": time.monotonic() - _T0}
 
 
 def warm_up() -> None:
@@ -181,7 +190,7 @@ def _warm_request_loop() -> None:
     torch.default_generator.manual_seed(0)      # every worker starts from the same state
 
 
-def settle() -> int:
+def settle(many_workers: bool = True) -> int:
     """After the imports and the warm-up: freeze the heap, back it with huge pages.
 
     ``gc.freeze`` keeps the collector from walking (and so copying, page by page) every
@@ -190,12 +199,17 @@ def settle() -> int:
     ~20 ms -> ~8 ms measured here): the page tables shrink 512-fold, and a worker's first
     write to such a page still copies 4 KB. Returns the number of regions collapsed; none
     where the kernel has no MADV_COLLAPSE (before Linux 6.1) or huge pages are off.
-    """
-    import gc
 
-    gc.collect()
+    Unless ``many_workers``, only the freeze: the full collection before it (0.1-0.5 s) and
+    the collapse (0.1-1 s, more on a busy machine) pay off over a batch's thousands of
+    forks, not over one submission's few; the garbage the imports left (a few thousand
+    objects) is frozen with the rest.
+    """
+    if many_workers:
+        gc.collect()
     gc.freeze()
-    return jail.collapse_huge_pages()
+    gc.enable()
+    return jail.collapse_huge_pages() if many_workers else 0
 
 
 # A warm-up that fails only makes workers slower, but it must not fail unseen: the grader
@@ -205,7 +219,7 @@ try:
     WARM_UP = "ok"
 except Exception as _exc:  # noqa: BLE001
     WARM_UP = f"{type(_exc).__name__}: {_exc}"[:500]
-settle()
+TIMINGS["warm_up_s"] = time.monotonic() - _T0
 
 
 # Root mode: lifeline read end -> the worker it keeps alive (the zygote is their keeper).
@@ -377,12 +391,18 @@ def main() -> None:
     # Same-uid workers (plain mode) may neither ptrace nor write into this process.
     jail.prctl(jail.PR_SET_DUMPABLE, 0)
     hello = json.loads(control.recv(1 << 16))
+    # The hello was sent as the grader started us: it has been waiting, and says whether
+    # this zygote will fork many workers (a batch) or a few (one submission).
+    collapsed = settle(many_workers=hello.get("many_workers", True) is not False)
+    TIMINGS["settled_s"] = time.monotonic() - _T0
     mode = hello.get("mode", "auto")
     if mode not in jail.MODES:
         mode = jail.detect_mode(hello.get("probe"))
     bindings = forbidden.index_bindings(hello.get("forbidden", []))
     control.send(json.dumps({"ready": True, "mode": mode, "pid": os.getpid(),
-                             "landlock": jail.landlock_abi(), "warm_up": WARM_UP}).encode())
+                             "landlock": jail.landlock_abi(), "warm_up": WARM_UP,
+                             "huge_page_regions": collapsed,
+                             "timings": {**TIMINGS, "ready_s": time.monotonic() - _T0}}).encode())
     poller = select.poll()
     poller.register(control, select.POLLIN)
     try:

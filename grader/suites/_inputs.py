@@ -63,11 +63,25 @@ def attention_weights64(q, k, mask=None):
     return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
 
 
+def broadcast_shape(*shapes) -> torch.Size:
+    """``torch.broadcast_shapes`` for plain sizes, without its first call's import of sympy
+    (half a second of a fresh grading process, paid by every ``grader check``)."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for dims in zip(*[(1,) * (ndim - len(s)) + tuple(s) for s in shapes], strict=True):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            raise RuntimeError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} "
+                               "cannot be broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return torch.Size(out)
+
+
 def attention_output64(q, k, v, mask=None):
     """F.scaled_dot_product_attention in float64; rows with no allowed key set to 0 by hand."""
     out = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
     if mask is not None:
-        shape = torch.broadcast_shapes(mask.shape, out.shape[:-1] + (k.size(-2),))
+        shape = broadcast_shape(mask.shape, out.shape[:-1] + (k.size(-2),))
         any_allowed = torch.broadcast_to(mask, shape).any(-1, keepdim=True)
         out = torch.where(any_allowed, out, torch.zeros((), dtype=out.dtype))
     return out
