@@ -42,7 +42,8 @@ from grader.sandbox import protocol
 __all__ = ["Context", "DropoutPlacement", "DropoutSite", "DropoutStats", "Impl", "Mistake",
            "Replay", "Rule", "catalogue", "close", "replay", "LABS"]
 
-LABS = ("lab1_attention", "lab2_multihead", "lab3_positional", "lab4_transformer_block")
+LABS = ("lab1_attention", "lab2_multihead", "lab3_positional", "lab4_transformer_block",
+        "lab6_efficient_attention")
 
 
 class ReplayError(Exception):
