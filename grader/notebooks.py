@@ -1,12 +1,15 @@
 """The lab notebooks' test cells: ``check`` runs in the student's kernel.
 
 The notebooks are built by ``grader.authoring.course_notebooks`` (``grader notebooks``);
-each has one autograder test cell per rubric test, worth the rubric's points. A test cell
-does not test anything itself: it calls :func:`check`, which hands the code this kernel has run to the grader in a separate process
-(the same sandboxed engine as ``grader grade``) and turns the result of that one test into a
-pass (no output on stderr) or a failure (an error output whose text is the grader's message).
-Hidden tests sit in ``### BEGIN HIDDEN TESTS`` regions and name their test only by an opaque
-id, so neither released notebooks, nor feedback, nor tracebacks show them.
+each has one autograder test cell per public rubric test, worth the rubric's points, and one
+cell for all hidden tests, worth their sum. A test cell does not test anything itself: it
+calls :func:`check`, which hands the code this kernel has run to the grader in a separate
+process (the same sandboxed engine as ``grader grade``) and turns the result of that one test
+into a pass (no output on stderr) or a failure (an error output whose text is the grader's
+message). The hidden tests' cell calls :func:`check_hidden`, whose result is the points of
+the hidden tests that passed (nbgrader's partial credit). Hidden tests sit in ``### BEGIN
+HIDDEN TESTS`` regions and name their tests only by opaque ids, so neither released
+notebooks, nor feedback, nor tracebacks show them.
 
 This module is imported inside students' kernels (by the test cells): keep its top level light.
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 from grader.intake.notebook import LAB_MODULE_RE, hidden_test_id
 import contextlib
 
-__all__ = ["GraderUnavailable", "TestFailed", "check", "provided_when_graded"]
+__all__ = ["GraderUnavailable", "TestFailed", "check", "check_hidden", "provided_when_graded"]
 
 KERNEL_GRADE_TIMEOUT_S = 900
 # What a test cell's own verdict is worth: code in this kernel can change what it prints.
@@ -56,13 +59,16 @@ class GraderUnavailable(TestFailed):
 
 
 def provided_when_graded(lab: str, name: str):
-    """What ``from <lab> import <name>`` gives a notebook with no ``<lab>.py`` beside it: a
-    function that says how to run it here. Graded, the lab gets the course's reference."""
+    """What ``from <lab> import <name>`` gives a notebook whose kernel cannot import that lab:
+    a function that says how to run it here. Graded, the lab gets the course's reference."""
+    number = lab.removeprefix("lab").split("_", 1)[0]
+
     def unavailable(*args, **kwargs):
         raise RuntimeError(
-            f"{name} comes from {lab}.py, which is not in this notebook's folder: put your "
-            f"{lab}.py there to run it here. (When this lab is graded, the grader gives it "
-            f"the course's {name}: your {lab} costs this lab no points.)")
+            f"{name} is Lab {number}'s, and this kernel has none yet: paste your Lab {number} "
+            f"{name} into this notebook's scratch cell and run that cell (nothing in it is "
+            f"graded). When this lab is graded, and in its test cells, the grader gives it the "
+            f"course's {name}: your Lab {number} costs this lab no points.")
     unavailable.__name__ = unavailable.__qualname__ = name
     return unavailable
 
@@ -123,18 +129,13 @@ def _run_grader(request: dict) -> dict:
     return reply
 
 
-def check(lab: str, test: str | None = None, *, hidden: str | None = None) -> None:
-    """Run rubric test *test* (public) or the hidden test with id *hidden* of *lab* on the code
-    this kernel has run, in the grader's sandbox; raise :class:`TestFailed` unless it passed.
-
-    The whole lab is graded once per version of the code (later test cells reuse the result).
-    Nothing is written to stderr, so a warning printed by a library cannot cost the points."""
+def _reply(lab: str) -> dict:
+    """The grader's result for the code this kernel has run (graded once per version).
+    Nothing is written to stderr, so a warning printed by a library cannot cost points."""
     import contextlib
     import io
     import warnings
 
-    if (test is None) == (hidden is None):
-        raise GraderUnavailable("check() needs a test name or hidden=<id>")
     sink = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stderr(sink):
         warnings.simplefilter("ignore")
@@ -145,6 +146,30 @@ def check(lab: str, test: str | None = None, *, hidden: str | None = None) -> No
             reply = _run_grader(request)
             _CACHE.clear()                      # keep one version per kernel
             _CACHE[key] = reply
+    return reply
+
+
+def _points(points: float) -> str:
+    return f"{points:g} point{'s' if points != 1 else ''}"
+
+
+def _failure(outcome: dict, reply: dict) -> str:
+    message = outcome.get("message", "")[:_MAX_SHOWN]
+    notes = reply.get("notes", [])
+    if notes:
+        message += "\n" + "\n".join(f"Note: {n}" for n in notes)
+    return message
+
+
+def check(lab: str, test: str | None = None, *, hidden: str | None = None) -> None:
+    """Run rubric test *test* (public) or the hidden test with id *hidden* of *lab* on the code
+    this kernel has run, in the grader's sandbox; raise :class:`TestFailed` unless it passed.
+
+    The whole lab is graded once per version of the code (later test cells reuse the result).
+    Nothing is written to stderr, so a warning printed by a library cannot cost the points."""
+    if (test is None) == (hidden is None):
+        raise GraderUnavailable("check() needs a test name or hidden=<id>")
+    reply = _reply(lab)
     kind = "hidden" if hidden is not None else "public"
     outcome = reply.get(kind, {}).get(hidden if hidden is not None else test)
     what = "hidden test" if hidden is not None else test
@@ -153,14 +178,34 @@ def check(lab: str, test: str | None = None, *, hidden: str | None = None) -> No
                                 "(is this notebook older than the course's rubric?)")
     points = outcome["points"]
     if outcome["passed"]:
-        print(f"passed: {what} ({points:g} point{'s' if points != 1 else ''}; {ADVISORY})")
+        print(f"passed: {what} ({_points(points)}; {ADVISORY})")
         return
-    message = outcome.get("message", "")[:_MAX_SHOWN]
-    notes = reply.get("notes", [])
-    if notes:
-        message += "\n" + "\n".join(f"Note: {n}" for n in notes)
-    raise TestFailed(f"FAILED: {what} (0 of {points:g} point{'s' if points != 1 else ''}; "
-                     f"{ADVISORY})", message)
+    raise TestFailed(f"FAILED: {what} (0 of {_points(points)}; {ADVISORY})",
+                     _failure(outcome, reply))
+
+
+def check_hidden(lab: str, ids: list[str]) -> float:
+    """The hidden tests of *lab* with opaque ids *ids*, all in one cell: print a line for
+    each and return the points of those that passed (the cell's result, which nbgrader reads
+    as the cell's partial credit). Advisory, like :func:`check`: what nbgrader records is
+    what the sandboxed grader gives (grader.authoring.nbgrader_autograde)."""
+    reply = _reply(lab)
+    earned, lines = 0.0, []
+    for k, hidden in enumerate(ids, start=1):
+        outcome = reply.get("hidden", {}).get(hidden)
+        what = f"hidden test {k} of {len(ids)}"
+        if outcome is None:
+            raise GraderUnavailable(f"{lab} has no hidden test {hidden!r} in the grader's "
+                                    "rubric (is this notebook older than the course's rubric?)")
+        points = outcome["points"]
+        if outcome["passed"]:
+            earned += points
+            lines.append(f"passed: {what} ({_points(points)})")
+        else:
+            lines.append(f"FAILED: {what} (0 of {_points(points)})")
+            lines += [f"    {ln}" for ln in _failure(outcome, reply).splitlines()]
+    print("\n".join(lines + [f"hidden tests: {earned:g} points ({ADVISORY})"]))
+    return earned
 
 
 def _kernel_grade(request: dict) -> dict:

@@ -51,7 +51,8 @@ TOP_KEYS = ("version", "defaults", "lab_imports", "labs")
 LAB_IMPORTS = ("reference", "student")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
 LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "tests")
-TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s")
+TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s", "budget")
+BUDGET_KEYS = ("memory_mb", "work_ratio", "why")
 TOLERANCE_KEYS = ("atol", "rtol", "why")
 
 
@@ -68,6 +69,16 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """What a resource test allows a student call to use (grader.sandbox.usage measures it):
+    ``memory_mb``, peak memory above the inputs in MiB; ``work_ratio``, how many times the
+    CPU time may grow when the test's input size grows by its stated factor."""
+    memory_mb: float | None = None
+    work_ratio: float | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True)
 class TestRubric:
     __test__ = False  # not a pytest test class
 
@@ -77,6 +88,7 @@ class TestRubric:
     tolerance: Tolerance
     time_limit_s: float
     line: int  # line of the test's key in rubric.yaml
+    budget: Budget | None = None  # resource tests only
 
 
 @dataclass(frozen=True)
@@ -313,6 +325,26 @@ class _Validator:
             return None
         return Tolerance(atol=values["atol"], rtol=values["rtol"], why=why)  # type: ignore[arg-type]
 
+    def budget(self, node: yaml.Node, keypath: str, *, owner_line: int) -> Budget | None:
+        entries = self.mapping(node, keypath, allowed=BUDGET_KEYS,
+                               what="a mapping {memory_mb: ..., work_ratio: ..., why: ...}")
+        if entries is None:
+            return None
+        n_errors = self.n_errors()
+        values: dict[str, float | None] = {}
+        for key in ("memory_mb", "work_ratio"):
+            if key in entries:
+                values[key] = self.number(entries[key][1], f"{keypath}.{key}", positive=True)
+        if not values and self.n_errors() == n_errors:
+            self.error(owner_line, keypath, "expected memory_mb and/or work_ratio")
+        why = None
+        if self.require(entries, "why", owner_line, keypath, "a non-empty string"):
+            why = self.string(entries["why"][1], f"{keypath}.why", expected="a non-empty string")
+        if self.n_errors() != n_errors:
+            return None
+        return Budget(memory_mb=values.get("memory_mb"), work_ratio=values.get("work_ratio"),
+                      why=why)
+
     # -- document ------------------------------------------------------------------
     def document(self, root: yaml.Node | None) -> Rubric | None:
         if root is None:
@@ -508,6 +540,10 @@ class _Validator:
         if "time_limit_s" in entries:
             t2 = self.number(entries["time_limit_s"][1], f"{keypath}.time_limit_s", positive=True)
             time_limit = t2 if t2 is not None else time_limit
+        budget = None
+        if "budget" in entries:
+            k, v = entries["budget"]
+            budget = self.budget(v, f"{keypath}.budget", owner_line=k.start_mark.line + 1)
         if self.n_errors() != n_errors:
             return None
         return TestRubric(
@@ -517,6 +553,7 @@ class _Validator:
             tolerance=tol,
             time_limit_s=time_limit,
             line=key_line,
+            budget=budget,
         )
 
 

@@ -11,6 +11,7 @@ values or pictures. Each fixture is graded once (module cache) with the session'
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import struct
@@ -347,7 +348,7 @@ def test_shape_mismatch_names_axes_and_suggests_transpose():
 
 
 class Page(HTMLParser):
-    """Rows (one per test) with their text and images."""
+    """Rows (one per test, with its row of pictures) with their text and images."""
 
     def __init__(self):
         super().__init__()
@@ -360,6 +361,9 @@ class Page(HTMLParser):
             self.row = {"test": attrs["data-test"], "visibility": attrs["data-visibility"],
                         "class": attrs.get("class", ""), "text": [], "imgs": []}
             self.rows.append(self.row)
+        if tag == "tr" and "data-pictures-for" in attrs:    # a test's pictures: its next row
+            assert self.rows and self.rows[-1]["test"] == attrs["data-pictures-for"]
+            self.row = self.rows[-1]
         if tag == "img":
             self.all_imgs.append(attrs.get("src", ""))
             if self.row is not None:
@@ -542,3 +546,207 @@ def test_lab6_mistake_implementations_without_the_mistake_are_the_reference():
         assert torch.equal(window_mask(9, window), ref.sliding_window_mask(9, window))
         assert torch.allclose(window_attention(q, k, v, window),
                               ref.sliding_window_attention(q, k, v, window), atol=1e-12, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------
+# one summary per lab: a diagnosis shared by many failed tests is written out once
+# ------------------------------------------------------------------------------------------
+
+SOFTMAX = ("softmax over the wrong axis: normalise each query's scores over the keys "
+           "(the last axis, dim=-1); each row of the weights must sum to 1")
+MASK = "mask polarity inverted: True in the mask means the key may be attended to"
+
+
+def _case(name, *, passed=False, diagnosis="", visibility="public", lab="lab1_attention",
+          message="weights: wrong values"):
+    return results.TestResult(lab=lab, name=name, description=f"{name} does things",
+                              visibility=visibility, max_score=1, passed=passed,
+                              message="" if passed else message, diagnosis=diagnosis)
+
+
+def _shared_result(n_shared: int = 6, diagnosis: str = SOFTMAX) -> results.SubmissionResult:
+    """lab1: n_shared failures with one diagnosis (the last hidden), one unique diagnosis,
+    one failure without any, one pass; lab2: one pass; lab3: one failure."""
+    lab1 = results.LabResult(name="lab1_attention", title="Attention", file="lab1_attention.py")
+    lab1.tests = [_case("test_ok", passed=True)]
+    lab1.tests += [_case(f"test_shared_{i}", diagnosis=diagnosis,
+                         visibility="hidden" if i == n_shared - 1 else "public")
+                   for i in range(n_shared)]
+    lab1.tests += [_case("test_unique", diagnosis=MASK), _case("test_plain")]
+    lab2 = results.LabResult(name="lab2_multihead", title="Multi-head", file="lab2_multihead.py",
+                             tests=[_case("test_mha", passed=True, lab="lab2_multihead")])
+    lab3 = results.LabResult(name="lab3_positional", title="Positions", file="lab3_positional.py",
+                             tests=[_case("test_pe", lab="lab3_positional", diagnosis=MASK)])
+    return results.SubmissionResult(submission="ada", labs=[lab1, lab2, lab3])
+
+
+class Links(HTMLParser):
+    """Every element id, every <a href>, and the text inside each element with an id."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.hrefs, self.stack = [], [], []
+        self.text: dict[str, list[str]] = {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.append(attrs["id"])
+            self.text[attrs["id"]] = []
+        if tag == "a" and "href" in attrs:
+            self.hrefs.append(attrs["href"])
+        self.stack.append((tag, attrs.get("id")))
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            if self.stack.pop()[0] == tag:
+                break
+
+    def handle_data(self, data):
+        for _, ident in self.stack:
+            if ident:
+                self.text[ident].append(data)
+
+
+def test_shared_diagnosis_is_summarised_once_per_lab():
+    from grader.outputs.text import shared_causes
+    result = _shared_result()
+    lab1 = result.lab("lab1_attention")
+    causes = shared_causes(lab1)
+    assert [(c.name, c.hint, [t.name for t in c.tests]) for c in causes] == [
+        ("softmax over the wrong axis", SOFTMAX.split(": ", 1)[1],
+         [f"test_shared_{i}" for i in range(6)])]
+    assert shared_causes(result.lab("lab3_positional")) == []     # one test: not shared
+
+    text = render_feedback_html(result)
+    page = parse(text)
+    assert html.unescape(text).count(SOFTMAX.split(": ", 1)[1]) == 1, "the hint is written once"
+    lab1_text = " ".join(" ".join(Links_of(text).text["lab1_attention"]).split())
+    assert "Likely cause: " + SOFTMAX + " (seen in 6 tests)" in lab1_text
+    rows = {r["test"]: " ".join(" ".join(r["text"]).split()) for r in page.rows}
+    for i in range(6):
+        assert "Diagnosis: see 'softmax over the wrong axis' above" in rows[f"test_shared_{i}"]
+    assert "Diagnosis: " + MASK in rows["test_unique"]         # unique: still in full
+    assert "Diagnosis" not in rows["test_plain"] and "Diagnosis" not in rows["test_ok"]
+    assert "Likely cause" not in " ".join(Links_of(text).text["lab3_positional"])
+    # the reference links to the summary, and the summary is inside lab 1's section
+    links = Links_of(text)
+    refs = {h for h in links.hrefs if h.startswith("#cause-")}
+    assert len(refs) == 1 and refs.pop()[1:] in links.ids
+    lab1_text = " ".join(" ".join(links.text["lab1_attention"]).split())
+    assert lab1_text.index("Likely cause") < lab1_text.index("test_ok")
+
+
+def Links_of(text: str) -> Links:
+    links = Links()
+    links.feed(text)
+    links.close()
+    return links
+
+
+def test_report_has_a_table_of_contents_and_links_between_labs():
+    text = render_feedback_html(_shared_result())
+    links = Links_of(text)
+    labs = ["lab1_attention", "lab2_multihead", "lab3_positional"]
+    assert all(lab in links.ids for lab in labs) and "contents" in links.ids
+    toc = " ".join(links.text["contents"])
+    for lab in labs:                                   # contents: each lab, its score
+        assert lab in toc
+    toc = " ".join(toc.split())
+    assert "1 / 9" in toc and "1 / 1" in toc and "0 / 1" in toc
+    assert [h for h in links.hrefs if h in {f"#{lab}" for lab in labs}][:3] == \
+        [f"#{lab}" for lab in labs]
+    # each section links to the contents, the previous and the next lab
+    for i, lab in enumerate(labs):
+        section = Links()
+        start = text.index(f'<section class="lab" id="{lab}"')
+        section.feed(text[start:text.index("</section>", start)])
+        assert "#contents" in section.hrefs
+        others = {f"#{other}" for other in labs} & set(section.hrefs)
+        assert others == {f"#{labs[j]}" for j in (i - 1, i + 1) if 0 <= j < len(labs)}
+    assert all(h[1:] in links.ids for h in links.hrefs if h.startswith("#"))
+
+
+def test_report_size_shrinks_when_many_tests_share_a_diagnosis():
+    """29 failures with one long diagnosis (the case of issue #16): the hint once, and the
+    page grows by a short reference per test, not by the diagnosis per test."""
+    hint = "h" * 2000
+    shared = render_feedback_html(_shared_result(29, diagnosis=f"softmax over the wrong axis: {hint}"))
+    plain = render_feedback_html(_shared_result(29, diagnosis=""))
+    assert shared.count(hint) == 1 and shared.count("softmax over the wrong axis") == 30
+    assert len(shared) - len(plain) < len(hint) + 29 * 250
+
+
+def test_text_outputs_summarise_shared_diagnoses():
+    """The terminal table and Gradescope's results.json: the hint once per lab."""
+    import io
+
+    from rich.console import Console
+
+    from grader.outputs.terminal import render_table
+
+    result = _shared_result()
+    buffer = io.StringIO()
+    render_table(result, console=Console(file=buffer, width=300, color_system=None))
+    out = buffer.getvalue()
+    hint = SOFTMAX.split(": ", 1)[1]
+    assert out.count(hint) == 1 and "(seen in 6 tests)" in out
+    assert out.index("lab1_attention - Attention: 1/9") < out.index("Likely cause: ") \
+        < out.index("test_shared_0") < out.index("lab2_multihead")
+    assert out.count("Diagnosis: see 'softmax over the wrong axis' above") == 6
+    assert out.count(MASK) == 2                         # unique in lab 1, and lab 3's
+
+    payload = gradescope_payload(result)
+    outputs = {t["name"]: t["output"] for t in payload["tests"]}
+    assert sum(hint in o for o in outputs.values()) == 1
+    first = outputs["lab1_attention: test_shared_0"]
+    assert "Diagnosis: " + SOFTMAX in first and "seen in 6 tests" in first
+    for i in range(1, 6):
+        assert ("Diagnosis: softmax over the wrong axis (the hint is in "
+                "lab1_attention: test_shared_0)") in outputs[f"lab1_attention: test_shared_{i}"]
+    assert "Diagnosis: " + MASK in outputs["lab1_attention: test_unique"]
+    assert "Diagnosis: " + MASK in outputs["lab3_positional: test_pe"]
+
+
+def test_gradescope_hint_goes_to_a_public_test_before_a_hidden_one():
+    """A hidden test's output shows only after grades are published: a public test that
+    shares the diagnosis must not send the student there for the hint."""
+    result = _shared_result(3)
+    lab1 = result.lab("lab1_attention")
+    lab1.tests[1].visibility = "hidden"                # test_shared_0 hidden, 1 public, 2 hidden
+    outputs = {t["name"]: t["output"] for t in gradescope_payload(result)["tests"]}
+    assert "Diagnosis: " + SOFTMAX in outputs["lab1_attention: test_shared_1"]
+    assert "the hint is in lab1_attention: test_shared_1" in outputs["lab1_attention: test_shared_0"]
+
+
+@pytest.mark.parametrize("rows, cols", [(3, 3), (5, 7), (16, 16), (64, 64), (1, 64)])
+def test_heatmaps_are_drawn_large_enough_to_read(rows, cols):
+    """Each panel at least 320 px on its longer side (240 for a 3x3), never shrunk by the
+    page: two panels a row, so the whole picture fits the report's width (72em)."""
+    import io
+
+    from PIL import Image
+
+    from grader.outputs.html import PAGE_PX, heatmap_cell_px, picture_png
+
+    gen = torch.Generator().manual_seed(0)
+    student = torch.rand(rows, cols, generator=gen)
+    expected = torch.rand(rows, cols, generator=gen)
+    picture = {"kind": "attention", "title": "t", "student": student, "expected": expected,
+               "difference": student - expected, "rows": "query", "cols": "key"}
+    image = Image.open(io.BytesIO(picture_png(picture)))
+    cell = heatmap_cell_px(rows, cols)
+    side = max(rows, cols) * cell
+    assert side >= (240 if max(rows, cols) == 3 else 320) and cell >= 5
+    assert image.width <= PAGE_PX                   # shown at its own size, never scaled
+    assert image.width >= 2 * cols * cell and image.height >= 2 * rows * cell   # 2 x 2 grid
+    page = render_feedback_html(results.SubmissionResult(submission="s", labs=[results.LabResult(
+        name="lab1_attention", title="A", file="lab1_attention.py", tests=[results.TestResult(
+            lab="lab1_attention", name="test_x", description="", visibility="public",
+            max_score=1, passed=False, message="m", artifacts=[picture])])]))
+    # the picture gets a row of its own, the table's full width, at its natural size
+    assert re.search(r'<tr class="pictures failed" data-pictures-for="test_x"><td colspan="4">'
+                     rf'<figure class="picture"><img width="{image.width}" '
+                     rf'height="{image.height}"', page)
+    assert "image-rendering: pixelated" in page
+    assert parse(page).rows[0]["imgs"], "the picture belongs to its test"

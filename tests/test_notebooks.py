@@ -13,6 +13,7 @@ import ast
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -23,11 +24,14 @@ import pytest
 from helpers import grade as shared_grade
 from grader import paths
 from grader.intake.notebook import (
+    HIDDEN_TESTS_GRADE_ID,
+    SCRATCH_CELL_MARKER,
     TEST_CELL_MARKER,
     Cell,
     NotebookError,
     extract_lab_source,
     given_imports,
+    grade_cell_for,
     hidden_test_id,
     parse_notebook,
     grade_id_for,
@@ -97,16 +101,20 @@ def test_course_has_one_assignment_per_lab_with_rubric_points(course, rubric):
         ids = [_meta(c)["grade_id"] for c in nb["cells"] if _meta(c)]
         assert len(ids) == len(set(ids)), "grade ids must be unique"
         tests = [c for c in nb["cells"] if _meta(c).get("grade")]
-        # one test cell per rubric test, worth the rubric's points
-        assert len(tests) == len(spec.tests)
+        # one test cell per public rubric test, worth the rubric's points, and one cell for
+        # all hidden tests, worth their sum (nbgrader's partial credit gives what passed)
+        hidden = {n: t for n, t in spec.tests.items() if t.visibility == "hidden"}
+        assert len(tests) == len(spec.tests) - len(hidden) + 1
         assert sum(_meta(c)["points"] for c in tests) == pytest.approx(spec.max_points)
         by_id = {_meta(c)["grade_id"]: _meta(c)["points"] for c in tests}
         for name, t in spec.tests.items():
-            assert by_id[grade_id_for(lab, name, t.visibility)] == t.points
+            if t.visibility == "public":
+                assert by_id[grade_id_for(lab, name, t.visibility)] == t.points
+        assert by_id[HIDDEN_TESTS_GRADE_ID] == pytest.approx(sum(t.points for t in hidden.values()))
         for c in nb["cells"]:
             m = _meta(c)
-            if not m:
-                assert c["cell_type"] == "markdown"
+            if not m:     # text, or the scratch cell (never graded)
+                assert c["cell_type"] == "markdown" or _src(c).startswith(SCRATCH_CELL_MARKER)
                 continue
             assert m["schema_version"] == 3 and m["grade_id"]
             if m["solution"]:
@@ -151,11 +159,75 @@ def test_hidden_tests_are_hidden_in_the_source_notebook(course, rubric):
                 assert name not in text, f"hidden test name {name} is in the notebook"
                 assert hidden_test_id(lab, name) in text
         nb = _nb(course / "source" / lab / f"{lab}.ipynb")
+        cells = [c for c in nb["cells"] if _meta(c).get("grade_id", "").startswith("hidden_")]
+        assert [_meta(c)["grade_id"] for c in cells] == [HIDDEN_TESTS_GRADE_ID]
+        lines = _src(cells[0]).splitlines()
+        begin, end = lines.index("### BEGIN HIDDEN TESTS"), lines.index("### END HIDDEN TESTS")
+        ids = [hidden_test_id(lab, n) for n, t in spec.tests.items() if t.visibility == "hidden"]
+        inside, outside = "\n".join(lines[begin:end]), "\n".join(lines[:begin] + lines[end:])
+        assert all(i in inside and i not in outside for i in ids)
+
+
+def test_hidden_tests_are_one_collapsed_cell(course, rubric):
+    """Eleven hidden-test placeholders were eleven cells: now one, shown collapsed, after
+    the public tests, saying how many hidden tests and points it holds."""
+    for lab, spec in rubric.labs.items():
+        nb = _nb(course / "source" / lab / f"{lab}.ipynb")
+        hidden = [t for t in spec.tests.values() if t.visibility == "hidden"]
+        cell = next(c for c in nb["cells"] if _meta(c).get("grade_id") == HIDDEN_TESTS_GRADE_ID)
+        assert nb["cells"][-1] is cell                          # after the public tests
+        assert cell["metadata"]["jupyter"] == {"source_hidden": True}
+        assert _meta(cell) == {"grade": True, "solution": False, "locked": True,
+                               "points": sum(t.points for t in hidden),
+                               "grade_id": HIDDEN_TESTS_GRADE_ID, "schema_version": 3}
+        head = _src(cell).split("### BEGIN HIDDEN TESTS")[0]
+        assert TEST_CELL_MARKER in head
+        assert f"{len(hidden)} hidden tests, {sum(t.points for t in hidden):g} points" in head
+        intro = next(_src(c) for c in nb["cells"] if _src(c).startswith("## Autograder tests"))
+        assert f"{len(hidden)} hidden tests" in intro and "one cell" in intro.lower()
+
+
+def test_a_scratch_cell_follows_the_code_and_is_never_graded(course, rubric, tmp_path):
+    for lab in rubric.labs:
+        nb = _nb(course / "source" / lab / f"{lab}.ipynb")
+        i = next(i for i, c in enumerate(nb["cells"]) if SCRATCH_CELL_MARKER in _src(c))
+        cell, before = nb["cells"][i], nb["cells"][i - 1]
+        assert cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"]
+        assert "try things here" in _src(cell).lower() and "not graded" in _src(cell).lower()
+        assert _meta(before).get("grade_id", "").startswith(("solution_", "given_"))
+        assert _src(nb["cells"][i + 1]).startswith("## Autograder tests")
+    # what a student writes there is left out of grading, definitions too
+    scratch = (SCRATCH_CELL_MARKER + "\ndef causal_mask(n):\n    return None\n"
+               "print(causal_mask(3))\n")
+    cells = [_code_cell(_src(c)) for c in _nb(course / "source" / LAB1 / f"{LAB1}.ipynb")["cells"]
+             if c["cell_type"] == "code" and not _meta(c).get("grade")]
+    cells.insert(len(cells), _code_cell(scratch))
+    nb = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    cells = parse_notebook(json.dumps(nb).encode(), name=f"{LAB1}.ipynb")
+    assert cells[-1].test, "the scratch cell is left out like a test cell"
+    got = extract_lab_source(cells, name=f"{LAB1}.ipynb",
+                             prelude=given_imports(rubric.labs[LAB1].file))
+    assert "return None" not in got.source and "def causal_mask" in got.source
+
+
+# What a notebook student does not have: the course's folders and files, the command line.
+NOT_IN_A_NOTEBOOK = re.compile(
+    r"exercises/|solutions/|tests/|docs/|suites|rubric\.yaml|LAB_CONTRACT|README"
+    r"|grader (check|grade|stubs|validate)|\bpytest\b|\b[\w/]+\.py\b")
+
+
+def test_notebooks_mention_no_file_a_notebook_student_lacks(course, rubric):
+    for lab in rubric.labs:
+        nb = _nb(course / "source" / lab / f"{lab}.ipynb")
         for c in nb["cells"]:
-            if _meta(c).get("grade_id", "").startswith("hidden_"):
-                lines = _src(c).splitlines()
-                begin, end = lines.index("### BEGIN HIDDEN TESTS"), lines.index("### END HIDDEN TESTS")
-                assert all("hidden=" not in ln for ln in lines[:begin] + lines[end:])
+            for line in _src(c).splitlines():
+                assert not NOT_IN_A_NOTEBOOK.search(line), f"{lab}: {line}"
+    # nor what a cell says when an earlier lab's function is called before grading
+    from grader.notebooks import provided_when_graded
+    with pytest.raises(RuntimeError) as info:
+        provided_when_graded(LAB1, "scaled_dot_product_attention")()
+    assert not NOT_IN_A_NOTEBOOK.search(str(info.value)), str(info.value)
+    assert "scratch cell" in str(info.value)
 
 
 def test_drift_check_finds_missing_stale_and_extra(course, tmp_path):
@@ -203,7 +275,9 @@ def test_dependencies_are_shipped_only_on_request(rubric):
     assert with_deps[f"source/{lab2}/lab1_attention.py"] == \
         (paths.SOLUTIONS / "lab1_attention.py").read_text(encoding="utf-8")
     nb = json.loads(course_files(rubric=rubric, labs=[lab2])[f"source/{lab2}/{lab2}.ipynb"])
-    assert "`lab1_attention.py`" in _src(nb["cells"][1])
+    assert "This lab uses code of Lab 1" in _src(nb["cells"][1])
+    with_deps_nb = json.loads(with_deps[f"source/{lab2}/{lab2}.ipynb"])
+    assert "This lab uses code of Lab 1" not in _src(with_deps_nb["cells"][1])
 
 
 # ======================================================================================
@@ -455,6 +529,51 @@ def test_check_outside_a_kernel_says_so(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_check_hidden_prints_each_test_and_returns_the_points_passed(monkeypatch, capsys):
+    """The hidden tests' one cell: a line per test (value-free message), and as the cell's
+    result the points of those that passed, which nbgrader takes as partial credit."""
+    import grader.notebooks as kernel
+
+    reply = {"ok": True, "public": {}, "notes": [], "hidden": {
+        "aaa": {"points": 2, "passed": True, "message": ""},
+        "bbb": {"points": 1.5, "passed": False, "message": "weights: wrong values\nline two"},
+        "ccc": {"points": 1, "passed": True, "message": ""}}}
+    monkeypatch.setattr(kernel, "_reply", lambda lab: reply)
+    assert kernel.check_hidden(LAB1, ["aaa", "bbb", "ccc"]) == 3
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert out.out.splitlines() == [
+        "passed: hidden test 1 of 3 (2 points)",
+        "FAILED: hidden test 2 of 3 (0 of 1.5 points)",
+        "    weights: wrong values", "    line two",
+        "passed: hidden test 3 of 3 (1 point)",
+        f"hidden tests: 3 points ({kernel.ADVISORY})"]
+    with pytest.raises(kernel.GraderUnavailable, match="no hidden test 'zzz'"):
+        kernel.check_hidden(LAB1, ["aaa", "zzz"])
+
+
+def test_sandboxed_grades_score_the_hidden_cell_by_partial_credit():
+    """What SandboxedGrades writes into the hidden tests' cell, read by nbgrader's own
+    determine_grade: the points of the hidden tests that passed."""
+    pytest.importorskip("nbgrader")
+    from nbformat.notebooknode import from_dict
+    from nbgrader.utils import determine_grade
+
+    from grader.authoring.nbgrader_autograde import _hidden_outputs
+
+    cell = from_dict({"cell_type": "code", "source": "", "outputs": [], "metadata": {
+        "nbgrader": {"grade": True, "solution": False, "points": 4.5,
+                     "grade_id": HIDDEN_TESTS_GRADE_ID}}})
+    for outcomes, points in (
+            ([(True, "", "hidden test", 2.0), (False, "m", "hidden test", 0.0),
+              (True, "", "hidden test", 1.0)], 3.0),
+            ([(False, "m", "hidden test", 0.0)] * 2, 0.0),
+            ([(True, "", "hidden test", 2.0), (True, "", "hidden test", 2.5)], 4.5),
+            ([None], 0.0)):                     # a hidden test the grader did not run
+        cell.outputs = _hidden_outputs(outcomes, "why")
+        assert determine_grade(cell) == (points, 4.5)
+
+
 # ======================================================================================
 # Real nbgrader, end to end
 # ======================================================================================
@@ -597,7 +716,13 @@ def test_released_notebooks_have_no_solutions_and_no_hidden_tests(graded_course,
                 assert name not in text
                 assert f"hidden={hidden_test_id(lab, name)!r}" not in text
         assert "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text
-        assert "hidden=" not in text
+        assert "hidden=" not in text and "check_hidden" not in text
+        # the hidden tests' one cell is there, collapsed, without its tests; and the scratch cell
+        cell = next(c for c in nb["cells"] if _meta(c).get("grade_id") == HIDDEN_TESTS_GRADE_ID)
+        assert cell["metadata"].get("jupyter") == {"source_hidden": True}
+        assert "hidden tests" in _src(cell)
+        assert any(_src(c).startswith(SCRATCH_CELL_MARKER) for c in nb["cells"])
+        assert not NOT_IN_A_NOTEBOOK.search(text.replace("\\n", "\n"))
         assert "check(" in text                       # public tests are there
         tests = [c for c in nb["cells"] if _meta(c).get("grade")]
         assert sum(_meta(c)["points"] for c in tests) == pytest.approx(spec.max_points)
@@ -630,6 +755,14 @@ def test_autograde_full_untouched_and_one_bug(graded_course, rubric):
     result = grade_submission(FIXTURES / "submissions" / "bug_causal_off_by_one" / f"{LAB1}.py",
                               rubric=rubric, labs=[LAB1])
     assert scores["carol"] == result.score
+    # all hidden tests in one cell, worth the points of those that pass (partial credit)
+    hidden = [t for t in result.lab(LAB1).tests if t.visibility == "hidden"]
+    with Gradebook(db) as gb:
+        grade = gb.find_grade(HIDDEN_TESTS_GRADE_ID, LAB1, LAB1, "carol")
+        assert grade.auto_score == pytest.approx(sum(t.score for t in hidden))
+        assert 0 < grade.auto_score < grade.max_score == sum(t.max_score for t in hidden)
+        assert gb.find_grade(HIDDEN_TESTS_GRADE_ID, LAB1, LAB1, "alice").auto_score == \
+            grade.max_score
 
 
 @needs_nbgrader
@@ -755,8 +888,13 @@ def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygo
             sub = gb.find_submission(LAB1, student)
             assert sub.score == lab.score and sub.max_score == lab.max_score
             for t in lab.tests:
-                grade = gb.find_grade(grade_id_for(LAB1, t.name, t.visibility), LAB1, LAB1, student)
-                assert grade.auto_score == t.score and grade.max_score == t.max_score
+                if t.visibility == "public":
+                    grade = gb.find_grade(grade_id_for(LAB1, t.name, "public"), LAB1, LAB1, student)
+                    assert grade.auto_score == t.score and grade.max_score == t.max_score
+            hidden = [t for t in lab.tests if t.visibility == "hidden"]
+            grade = gb.find_grade(HIDDEN_TESTS_GRADE_ID, LAB1, LAB1, student)
+            assert grade.auto_score == pytest.approx(sum(t.score for t in hidden))
+            assert grade.max_score == pytest.approx(sum(t.max_score for t in hidden))
         with pytest.raises(MissingEntry):
             gb.find_submission("lab2_multihead", "alice")
 
@@ -773,8 +911,9 @@ def test_export_results_into_the_gradebook(graded_course, rubric, tmp_path, zygo
             sub = gb.find_submission(LAB1, student)
             assert sub.score == result.lab(LAB1).score == before[student]
             cells = {c.name for c in gb.find_notebook(LAB1, LAB1).grade_cells}
-            assert cells == {grade_id_for(LAB1, n, t.visibility)
+            assert cells == {grade_cell_for(LAB1, n, t.visibility)
                              for n, t in rubric.labs[LAB1].tests.items()}
+            assert HIDDEN_TESTS_GRADE_ID in cells
             grade = gb.find_grade(grade_id_for(LAB1, "test_causal_mask_square", "public"),
                                   LAB1, LAB1, student)
             assert grade.manual_score == (1.0 if student == "alice" else 0.0)

@@ -362,7 +362,7 @@ CASES = {
         lab_rubric("test_a: {point: 1, visibility: public}\n"),
         [
             f"{{p}}:7: {T}.point: unknown key 'point' (did you mean 'points'?); "
-            "allowed keys: points, visibility, tolerance, time_limit_s",
+            "allowed keys: points, visibility, tolerance, time_limit_s, budget",
             f"{{p}}:7: {T}.points: missing; expected a number >= 0",
         ],
     ),

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from grader import paths
 from grader.authoring.stubs import StubError, solution_regions
-from grader.intake.notebook import (LAB_MODULE_RE, TEST_CELL_MARKER, grade_id_for,
-                                    hidden_test_id)
+from grader.intake.notebook import (HIDDEN_TESTS_GRADE_ID, LAB_MODULE_RE, SCRATCH_CELL_MARKER,
+                                    TEST_CELL_MARKER, grade_id_for, hidden_test_id)
 from grader.outputs.atomic import atomic_write_text
 from grader.rubric import load_rubric
 
@@ -76,11 +76,17 @@ def _md(cell_id: str, text: str) -> dict:
     return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": _source_lines(text)}
 
 
-def _code(cell_id: str, text: str, nbgrader: dict) -> dict:
-    meta = dict(nbgrader)
-    meta["schema_version"] = 3
+def _code(cell_id: str, text: str, nbgrader: dict | None, **metadata) -> dict:
+    if nbgrader is not None:
+        metadata["nbgrader"] = {**nbgrader, "schema_version": 3}
     return {"cell_type": "code", "execution_count": None, "id": cell_id,
-            "metadata": {"nbgrader": meta}, "outputs": [], "source": _source_lines(text)}
+            "metadata": metadata, "outputs": [], "source": _source_lines(text)}
+
+
+SCRATCH_CELL = f"""{SCRATCH_CELL_MARKER} (not graded; keep this line)
+# Try things here: call your functions, print shapes, compare with what you expect.
+# Nothing in this cell is graded, definitions included. Cells you add elsewhere are graded
+# like the rest of the notebook: their definitions are kept, their experiments left out."""
 
 
 def _source_lines(text: str) -> list[str]:
@@ -193,13 +199,31 @@ def _lab_imports_for_the_kernel(text: str) -> str:
                 and LAB_MODULE_RE.fullmatch(stmt.module)):
             continue
         names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in stmt.names)
-        block = ["try:", f"    from {stmt.module} import {names}",
-                 f"except ModuleNotFoundError:   # no {stmt.module}.py beside this notebook",
-                 "    from grader.notebooks import provided_when_graded"]
+        block = _lab_import_comment(stmt.module, [a.name for a in stmt.names])
+        block += ["try:", f"    from {stmt.module} import {names}",
+                  f"except ModuleNotFoundError:   # Lab {_lab_number(stmt.module)} is not "
+                  "importable in this kernel",
+                  "    from grader.notebooks import provided_when_graded"]
         block += [f"    {a.asname or a.name} = provided_when_graded({stmt.module!r}, {a.name!r})"
                   for a in stmt.names]
-        lines[stmt.lineno - 1:stmt.end_lineno] = block
+        first = stmt.lineno - 1
+        while first > 0 and lines[first - 1].lstrip().startswith("#"):
+            first -= 1          # the solution's comment on the import speaks of files
+        lines[first:stmt.end_lineno] = block
     return "\n".join(lines)
+
+
+def _lab_number(module: str) -> int:
+    return int(re.match(r"lab(\d+)_", module).group(1))
+
+
+def _lab_import_comment(module: str, names: list[str]) -> list[str]:
+    """What a notebook says about a lab import: no file to keep beside it, a cell to use."""
+    n, what = _lab_number(module), ", ".join(names)
+    return [f"# This lab uses Lab {n}'s {what}. When this notebook is graded, and in the test",
+            f"# cells below, the course's own version answers those calls, so a Lab {n} mistake",
+            "# costs this lab no points. To run your code in cells of your own, paste your",
+            f"# Lab {n} code into the scratch cell below and run it (nothing there is graded)."]
 
 
 def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
@@ -233,9 +257,10 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
         "## How this notebook works",
         "",
         "- Write your code where a cell says `raise NotImplementedError()`; the `# TODO` comments "
-        "above it say what to do. Keep the given code, names and signatures: the tests call them "
-        "(`docs/LAB_CONTRACT.md`).",
-        "- Add cells of your own to try things out. Grading uses your definitions (imports, "
+        "above it say what to do. Keep the given code, names and signatures: the tests call "
+        "them.",
+        "- Try things in the scratch cell after the code: nothing in it is graded. You may also "
+        "add cells of your own anywhere. Grading uses their definitions (imports, "
         "functions, classes, constants) and leaves out experiments: prints, checks and calls "
         "of your own code at the top level of a cell. The rule goes statement by statement, "
         "so `q = torch.randn(2, 3, 4); out, w = f(q, q, q); print(w)` on one line is treated "
@@ -247,11 +272,12 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
     ]
     deps = _lab_imports(tree)
     if deps and not dependencies_included:
-        files = ", ".join(f"`{d}.py`" for d in deps)
-        how.append(f"- This lab imports an earlier lab ({files}). When it is graded, those "
-                   "imports give the course's reference code, so your earlier labs cost this "
-                   "lab no points (unless your instructor grades cumulatively). To run this "
-                   f"notebook here, put your {files} in the same folder as this notebook.")
+        labs = " and ".join(f"Lab {_lab_number(d)}" for d in deps)
+        how.append(f"- This lab uses code of {labs}. The test cells and grading give it the "
+                   "course's own version, so your earlier labs cost this lab no points "
+                   "(unless your instructor grades cumulatively) and the tests need nothing "
+                   f"more. To call your own code in cells of your own, first paste your {labs} "
+                   "code into the scratch cell and run it.")
     cells.append(_md("how-it-works", "\n".join(how)))
 
     used_ids: set[str] = set()
@@ -279,16 +305,21 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
             cells.append(_code(_cell_id(gid), text, {"grade": False, "solution": False,
                                                      "locked": True, "grade_id": gid}))
 
+    cells.append(_code("scratch", SCRATCH_CELL, None))
+
     public = [(n, t) for n, t in spec.tests.items() if t.visibility == "public"]
     hidden = [(n, t) for n, t in spec.tests.items() if t.visibility == "hidden"]
     total = sum(t.points for t in spec.tests.values())
+    hidden_points = sum(t.points for _, t in hidden)
     cells.append(_md("autograder-tests", "\n".join([
         "## Autograder tests",
         "",
-        f"One cell per test of the course rubric, {total:g} points in all: {len(public)} public "
-        f"tests you can run now and {len(hidden)} hidden tests that run when your notebook is "
-        "graded. Do not edit or delete these cells (autograding restores them). A failing test "
-        "prints why; hidden tests say what went wrong but never show expected values.",
+        f"The course's tests, {total:g} points in all: one cell per public test ({len(public)}, "
+        f"you can run them now) and one cell for all {len(hidden)} hidden tests "
+        f"({hidden_points:g} points; they run when your notebook is graded, and it gets the "
+        "points of those that pass). Do not edit or delete these cells (autograding restores "
+        "them). A failing test prints why; hidden tests say what went wrong but never show "
+        "expected values.",
     ])))
     described = _docstrings(Path(suites_dir) / "public" / f"test_{lab}.py")
     for name, t in public:
@@ -303,19 +334,24 @@ def build_notebook(lab: str, *, rubric, solutions_dir: Path, suites_dir: Path,
         ])
         cells.append(_code(_cell_id(gid), text, {"grade": True, "solution": False, "locked": True,
                                                  "points": t.points, "grade_id": gid}))
-    for i, (name, t) in enumerate(hidden, start=1):
-        gid = unique(grade_id_for(lab, name, "hidden"))
+    if hidden:
+        # One cell, shown collapsed, for every hidden test: nbgrader scores it by partial
+        # credit (the points of the hidden tests that pass; SandboxedGrades writes them).
+        ids = [hidden_test_id(lab, name) for name, _ in hidden]
         text = "\n".join([
             TEST_CELL_MARKER,
-            f"# Hidden test {i} of {len(hidden)} ({t.points:g} point{'s' if t.points != 1 else ''}): "
-            "it runs when your notebook is graded.",
+            f"# {len(hidden)} hidden tests, {hidden_points:g} points in all: they run when your "
+            "notebook is graded,",
+            "# and this cell gets the points of those that pass.",
             "### BEGIN HIDDEN TESTS",
-            "from grader.notebooks import check",
-            f"check({lab!r}, hidden={hidden_test_id(lab, name)!r})",
+            "from grader.notebooks import check_hidden",
+            f"check_hidden({lab!r}, {ids!r})",
             "### END HIDDEN TESTS",
         ])
+        gid = unique(HIDDEN_TESTS_GRADE_ID)
         cells.append(_code(_cell_id(gid), text, {"grade": True, "solution": False, "locked": True,
-                                                 "points": t.points, "grade_id": gid}))
+                                                 "points": hidden_points, "grade_id": gid},
+                           jupyter={"source_hidden": True}))
     return {
         "cells": cells,
         "metadata": {"kernelspec": dict(KERNELSPEC),

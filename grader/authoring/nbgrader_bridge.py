@@ -6,10 +6,11 @@ name) or ``SubmissionResult.to_dict()`` JSON files (``grader batch``; the studen
 ``submission`` field), and for each student and lab:
 
 - makes sure the student, the assignment (the lab, e.g. ``lab1_attention``), its notebook (same
-  name) and one grade cell per rubric test exist; the grade cells are named like the test
-  cells of the generated notebooks (grader.intake.notebook.grade_id_for), so a gradebook made
-  by ``nbgrader generate_assignment`` from ``grader notebooks`` gets the scores in its own cells;
-- creates the submission if nbgrader has none, and sets every test's score (as the auto score,
+  name) and its grade cells exist: one per public test and one for all hidden tests (worth
+  their points together), named like the test cells of the generated notebooks
+  (grader.intake.notebook.grade_cell_for), so a gradebook made by ``nbgrader
+  generate_assignment`` from ``grader notebooks`` gets the scores in its own cells;
+- creates the submission if nbgrader has none, and sets every cell's score (as the auto score,
   or with ``score="manual"`` as the manual score, which formgrader shows over nbgrader's own);
 - writes a summary of the failed tests (hidden ones value-free, as the grader made them) as the
   auto comment of the notebook's first solution cell, when the gradebook has one.
@@ -27,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.intake.notebook import grade_id_for
+from grader.intake.notebook import grade_cell_for
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.errors import ExportError
 
@@ -144,6 +145,17 @@ def _summary(lab: LabResult) -> str:
     return "\n".join(lines)
 
 
+def _grade_cells(lab: LabResult) -> dict[str, tuple[float, float]]:
+    """grade cell name -> (points, max points) of *lab*: a public test's own cell, and the
+    one cell of all hidden tests (their points together), as the generated notebooks have."""
+    cells: dict[str, tuple[float, float]] = {}
+    for t in lab.tests:
+        name = grade_cell_for(lab.name, t.name, t.visibility)
+        points, max_points = cells.get(name, (0.0, 0.0))
+        cells[name] = (points + t.score, max_points + t.max_score)
+    return cells
+
+
 def _ensure_grade(gb, api, cell_name: str, lab: str, student: str):
     try:
         return gb.find_grade(cell_name, lab, lab, student)
@@ -209,32 +221,31 @@ def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
                     gb.find_notebook(lab.name, lab.name)
                 except api.MissingEntry:
                     gb.add_notebook(lab.name, lab.name)
-                for t in lab.tests:
-                    cell_name = grade_id_for(lab.name, t.name, t.visibility)
+                cells = _grade_cells(lab)
+                for cell_name, (_, max_score) in cells.items():
                     try:
                         cell = gb.find_grade_cell(cell_name, lab.name, lab.name)
                     except api.MissingEntry:
-                        gb.add_grade_cell(cell_name, lab.name, lab.name, max_score=t.max_score,
+                        gb.add_grade_cell(cell_name, lab.name, lab.name, max_score=max_score,
                                           cell_type="code")
                     else:
-                        if abs(cell.max_score - t.max_score) > 1e-9:
+                        if abs(cell.max_score - max_score) > 1e-9:
                             report.lines.append(
                                 f"{student}: {lab.name}: {cell_name} is worth {cell.max_score:g} in "
-                                f"the gradebook but {t.max_score:g} in the rubric; set to the rubric's")
+                                f"the gradebook but {max_score:g} in the rubric; set to the rubric's")
                             gb.update_or_create_grade_cell(cell_name, lab.name, lab.name,
-                                                           max_score=t.max_score)
+                                                           max_score=max_score)
                 try:
                     gb.find_submission(lab.name, student)
                 except api.MissingEntry:
                     with gb.db.no_autoflush:      # nbgrader builds the rows before adding them
                         gb.add_submission(lab.name, student)
-                for t in lab.tests:
-                    cell_name = grade_id_for(lab.name, t.name, t.visibility)
+                for cell_name, (points, _) in cells.items():
                     grade = _ensure_grade(gb, api, cell_name, lab.name, student)
                     if score == "auto":
-                        grade.auto_score = t.score
+                        grade.auto_score = points
                     else:
-                        grade.manual_score = t.score
+                        grade.manual_score = points
                     grade.needs_manual_grade = False
                 notebook = gb.find_notebook(lab.name, lab.name)
                 if notebook.solution_cells:

@@ -234,3 +234,48 @@ def assert_true(condition: bool, message: str, *, hidden: str | None = None) -> 
     """A property check (e.g. rows sum to 1) with a teaching message."""
     if not condition:
         raise Mismatch(message, hidden)
+
+
+# --------------------------------------------------------------------------- resources
+
+MIB = 1 << 20
+
+
+def _one_process(m, name: str) -> None:
+    assert_true(not m.other_processes,
+                f"{name}: another process did part of the work, so what the call used could "
+                "not be measured; do the computation in your function's own process")
+
+
+def assert_memory_within(m, budget, *, name: str, big_bytes: int = 0,
+                         big_what: str = "") -> None:
+    """``m`` (a ``student.measure`` result) held at most ``budget.memory_mb`` MiB above its
+    inputs at its peak. ``big_bytes``/``big_what`` name the tensor a peak near it means was
+    built (e.g. the (Lq, Lk) score matrix), for the message."""
+    _one_process(m, name)
+    limit = budget.memory_mb * MIB
+    if m.peak_bytes <= limit:
+        return
+    text = (f"{name}: peak memory {m.peak_bytes / MIB:.1f} MB above the inputs, over the "
+            f"budget of {budget.memory_mb:g} MB")
+    if big_bytes:
+        verdict = ("it was materialised" if m.peak_bytes >= 0.9 * big_bytes
+                   else "part of it, or something as large, was built at once")
+        text += f"; {big_what} alone is {big_bytes / MIB:.0f} MB: {verdict}"
+    raise Mismatch(text + ". Keep only one block of it at a time.")
+
+
+def assert_work_grows_within(small, large, budget, *, name: str, factor: int,
+                             linear: str = "linear") -> None:
+    """The CPU time of ``large`` (input ``factor`` times larger) is at most
+    ``budget.work_ratio`` times that of ``small`` (two ``student.measure`` results: the
+    same kind of worker, so the machine's speed cancels out)."""
+    _one_process(small, name)
+    _one_process(large, name)
+    ratio = large.cpu_s / max(small.cpu_s, 1e-4)
+    assert_true(
+        ratio <= budget.work_ratio,
+        f"{name}: {factor}x the length took {ratio:.1f}x the CPU time ({small.cpu_s * 1e3:.0f} "
+        f"ms -> {large.cpu_s * 1e3:.0f} ms); {linear} work would take about {factor}x, "
+        f"quadratic about {factor * factor}x (allowed: {budget.work_ratio:g}x). Something "
+        "grows with the square of the length: an (L, L) product?")

@@ -83,6 +83,8 @@ class GradingPlugin:
             return StudentLab(self.session, lab_of(item))
         if name == "tol":
             return self._rubric_test(item).tolerance
+        if name == "budget":
+            return self._rubric_test(item).budget
         if self.secret and visibility_of(item) == "hidden":
             # This course's own inputs: a table leaked from another course scores nothing.
             return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
@@ -96,6 +98,11 @@ class GradingPlugin:
     @pytest.fixture
     def tol(self, request):
         return self._value("tol", request.node)
+
+    @pytest.fixture
+    def budget(self, request):
+        """The rubric's resource budget of a resource test (grader.rubric.Budget)."""
+        return self._value("budget", request.node)
 
     @pytest.fixture
     def gen(self, request) -> torch.Generator:

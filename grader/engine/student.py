@@ -19,7 +19,8 @@ import torch
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.reference import load_reference
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, protocol,
-                            wire)
+                            usage, wire)
+from grader.sandbox.usage import Measured
 
 
 def _exception_names() -> frozenset[str]:
@@ -35,6 +36,8 @@ def _exception_names() -> frozenset[str]:
 
 SHOWN_EXCEPTIONS = _exception_names()
 TEXT_CAP = 2000             # characters of any one piece of text from a worker
+
+
 
 
 class StudentError(Exception):
@@ -208,6 +211,12 @@ class Session:
         worker = self.workers.get(lab)
         if worker is not None and worker.alive:
             return worker
+        worker = self._spawn(lab)
+        self.workers[lab] = worker
+        return worker
+
+    def _spawn(self, lab: str) -> Worker:
+        """A new worker for ``lab`` (the caller keeps it, or kills it)."""
         provided = self.provided.get(lab) or {}
         try:
             worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
@@ -221,7 +230,6 @@ class Session:
                                lab=lab) from None
         if provided:
             worker.on_callback = functools.partial(self._callback, lab)
-        self.workers[lab] = worker
         return worker
 
     def _send(self, lab: str, req: dict):
@@ -249,6 +257,10 @@ class Session:
                 message="it exited or was killed before answering (os._exit, a signal, "
                         f"a segfault, or a resource limit: memory, CPU time, files) [{exc}]",
             ) from None
+        return self._reply_value(worker, lab, reply)
+
+    def _reply_value(self, worker: Worker, lab: str, reply):
+        """The value of a worker's reply, or the StudentError it stands for."""
         if not isinstance(reply, dict):
             worker.kill()
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
@@ -269,6 +281,55 @@ class Session:
             worker.kill()
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
         return reply["ok"]
+
+    def measure(self, lab: str, req: dict) -> tuple[object, Measured]:
+        """``req`` (a call or grad request) in a fresh worker of its own, measured from the
+        kernel's accounting (``grader.sandbox.usage``): (the reply's value, what the call
+        used above its inputs). Never sent ahead; recorded like every call."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timeout(lab)
+        worker = None
+        try:
+            worker = self._spawn(lab)
+            self._exchange(worker, lab, protocol.stage_request(req))   # import, read inputs
+            usage.reset_peak(worker.pid)
+            before = usage.reading(worker.pid)
+            value = self._exchange(worker, lab, protocol.run_staged_request())
+            after = usage.reading(worker.pid)
+            used = usage.measured(before, after, children_alive=worker.has_children())
+        except StudentError as exc:
+            self._record(RecordedCall(lab, req, error=exc))
+            raise
+        except OSError as exc:          # the worker's /proc went away: it is gone
+            error = StudentError(kind="crash", lab=lab,
+                                 message=f"the worker ended before it could be measured ({exc})")
+            self._record(RecordedCall(lab, req, error=error))
+            raise error from None
+        finally:
+            if worker is not None:
+                worker.kill()
+        self._record(RecordedCall(lab, req, value=value))
+        return value, used
+
+    def _exchange(self, worker: Worker, lab: str, req: dict):
+        """One request to ``worker`` and its reply's value, within the test's time."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timeout(lab)
+        self.made += 1
+        try:
+            worker.send_ahead(wire.encode(req), count=1)
+            reply = worker.receive(timeout_s=remaining)
+        except WorkerTimeout:
+            raise self._timeout(lab) from None
+        except WorkerDied as exc:
+            raise StudentError(
+                kind="crash", lab=lab,
+                message="it exited or was killed before answering (os._exit, a signal, "
+                        f"a segfault, or a resource limit: memory, CPU time, files) [{exc}]",
+            ) from None
+        return self._reply_value(worker, lab, reply)
 
     def _callback(self, lab: str, req) -> object:
         """The course's reference answering a call that ``lab``'s code made into another lab
@@ -316,6 +377,15 @@ class Session:
 
 
 @dataclass
+class Measurement:
+    """What ``student.measure`` returns: the call's value and what the call used."""
+    value: object
+    peak_bytes: int             # resident-memory high-water mark above the inputs
+    cpu_s: float                # CPU time of the worker's threads during the call
+    other_processes: bool       # another process did part of the work: figures incomplete
+
+
+@dataclass
 class GradResult:
     """What ``student.grad`` returns: the forward output and the gradients."""
     output: object
@@ -348,6 +418,17 @@ class StudentLab:
     def call(self, name: str, *args, seed: int = 0, **kwargs):
         """``<lab>.<name>(*args, **kwargs)`` in the worker."""
         return self._request(protocol.call_request(name, args, kwargs, seed))
+
+    def measure(self, name: str, *args, seed: int = 0, **kwargs) -> "Measurement":
+        """``<lab>.<name>(*args, **kwargs)`` in a fresh worker of its own, measured by the
+        grader from the kernel's accounting: the value, the peak memory above the inputs
+        (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``)."""
+        req = protocol.call_request(name, args, kwargs, seed)
+        _check_args(req["args"])
+        _check_args(req["kwargs"].values())
+        value, used = self._session.measure(self.lab, req)
+        return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
+                           other_processes=used.other_processes)
 
     def module(self, class_name: str, *args, **kwargs) -> "ModuleHandle":
         """A handle on ``<lab>.<class_name>(*args, **kwargs)``, built afresh for every call."""

@@ -10,6 +10,8 @@ definition of a name wins), and it is made tolerant of what students do to noteb
   on line 1, so a deleted or moved import cell costs nothing;
 - autograder test cells are left out: nbgrader "Autograder tests" cells (``grade`` and not
   ``solution``) and any cell that holds :data:`TEST_CELL_MARKER` or uses ``grader.notebooks.check``;
+- the generated notebooks' scratch cell (:data:`SCRATCH_CELL_MARKER`) is left out, whatever it
+  holds;
 - IPython syntax is left out: ``%magic`` and ``!shell`` lines, ``name?`` help lines, and cells
   run by a cell magic other than ``%%time``/``%%capture``;
 - a cell that is not valid Python on its own is left out, with a note (in a kernel it would not
@@ -44,6 +46,8 @@ __all__ = [
     "Cell",
     "Extracted",
     "NotebookError",
+    "HIDDEN_TESTS_GRADE_ID",
+    "SCRATCH_CELL_MARKER",
     "TEST_CELL_MARKER",
     "extract_lab_source",
     "given_imports",
@@ -51,10 +55,15 @@ __all__ = [
     "is_test_cell",
     "lab_source_from_notebook",
     "parse_notebook",
+    "grade_cell_for",
     "grade_id_for",
 ]
 
 TEST_CELL_MARKER = "# attention-labs: autograder test cell"
+# The generated notebooks' cell for trying things: nothing in it is graded, definitions
+# included (so a lab 2 student may paste their lab 1 function there to run lab 2 code).
+SCRATCH_CELL_MARKER = "# attention-labs: scratch cell"
+HIDDEN_TESTS_GRADE_ID = "hidden_tests"   # the one test cell of a lab's hidden tests
 MAX_NOTEBOOK_BYTES = 32 << 20   # a notebook with plots can be large; its code is capped below
 MAX_SOURCE_BYTES = 1 << 20      # the extracted code, like grading.MAX_FILE_BYTES for a .py
 # Caps on the code cells, checked before anything is parsed or compiled (a notebook is
@@ -98,10 +107,18 @@ def hidden_test_id(lab: str, test: str) -> str:
 
 
 def grade_id_for(lab: str, test: str, visibility: str) -> str:
-    """The nbgrader ``grade_id`` of the autograder test cell for one rubric test."""
+    """The id of one rubric test in a notebook: the nbgrader ``grade_id`` of a public test's
+    cell (``public_<name>``); for a hidden test ``hidden_<opaque id>``, which named its own
+    cell in notebooks built before the hidden tests shared one (HIDDEN_TESTS_GRADE_ID)."""
     if visibility == "hidden":
         return f"hidden_{hidden_test_id(lab, test)}"
     return f"public_{test}"
+
+
+def grade_cell_for(lab: str, test: str, visibility: str) -> str:
+    """The nbgrader grade cell that scores one rubric test: a public test's own cell, or the
+    one cell of all the lab's hidden tests (worth their points together)."""
+    return HIDDEN_TESTS_GRADE_ID if visibility == "hidden" else grade_id_for(lab, test, visibility)
 
 
 # --------------------------------------------------------------------------------------
@@ -122,12 +139,14 @@ _CHECK_RE = re.compile(r"\bgrader\.notebooks\b[^\n]*\bcheck\b|\bgrader\.notebook
 
 def is_test_cell(source: str, metadata: object = None) -> bool:
     """An autograder test cell: nbgrader "Autograder tests" metadata, our marker, or a use
-    of ``grader.notebooks.check`` (a test cell a student copied). The lab-import fallback
+    of ``grader.notebooks.check`` (a test cell a student copied); also the scratch cell
+    (:data:`SCRATCH_CELL_MARKER`), which is never graded either. The lab-import fallback
     of a given cell (``grader.notebooks.provided_when_graded``) is not one."""
     nb = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     if isinstance(nb, dict) and nb.get("grade") is True and not nb.get("solution"):
         return True
-    return TEST_CELL_MARKER in source or bool(_CHECK_RE.search(source))
+    return (TEST_CELL_MARKER in source or SCRATCH_CELL_MARKER in source
+            or bool(_CHECK_RE.search(source)))
 
 
 def parse_notebook(data: bytes, *, name: str) -> list[Cell]:

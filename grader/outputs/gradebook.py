@@ -19,7 +19,7 @@ from grader.outputs.atomic import atomic_open, atomic_write_text
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric
 
-HISTOGRAM_BINS = 10
+HISTOGRAM_BINS = 20            # bins below the maximum, at most (full marks get one more)
 # What build_gradebook writes into OUT (a student may not have one of these names).
 GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png")
 NOT_GRADED = "not graded (the batch stopped before this student; run it again)"
@@ -153,20 +153,38 @@ class _Tally:
         }
 
 
+def histogram_step(max_total: float) -> float:
+    """The width of the histogram's bins: whole points (1, 2, 5, 10, 25, 50, 100, ...), at
+    most HISTOGRAM_BINS bins below the maximum (bins of 5 for 100 points)."""
+    for step in (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000):
+        if max_total / step <= HISTOGRAM_BINS:
+            return step
+    return -(-max_total // HISTOGRAM_BINS)
+
+
 def score_distribution(totals: list[float], max_total: float) -> dict:
-    """Mean, median, min, max and a HISTOGRAM_BINS-bin histogram over [0, max_total]."""
-    edges = [round(max_total * i / HISTOGRAM_BINS, 4) for i in range(HISTOGRAM_BINS + 1)]
-    counts = [0] * HISTOGRAM_BINS
+    """Mean, median, min, max and a histogram of the totals.
+
+    The histogram's bins are [0, w), [w, 2w), ... up to the maximum (w from
+    ``histogram_step``: whole points), and a last bin for full marks alone: its two edges
+    are both the maximum. So a 91 and a 100 are never counted together."""
+    if max_total > 0:
+        step = histogram_step(max_total)
+        below = int(-(-max_total // step))                  # bins under the maximum
+        edges = [round(min(i * step, max_total), 4) for i in range(below + 1)]
+    else:
+        step, below, edges = 1, 0, [0.0]
+    edges.append(edges[-1])                                 # full marks: a bin of its own
+    counts = [0] * (below + 1)
     for t in totals:
-        i = int(t / max_total * HISTOGRAM_BINS) if max_total > 0 else 0
-        counts[min(max(i, 0), HISTOGRAM_BINS - 1)] += 1   # the top edge belongs to the last bin
+        i = below if t >= max_total else min(max(int(t // step), 0), below - 1)
+        counts[i] += 1
+    hist = {"bin_edges": edges, "counts": counts}
     if not totals:
-        return {"mean": None, "median": None, "min": None, "max": None,
-                "histogram": {"bin_edges": edges, "counts": counts}}
+        return {"mean": None, "median": None, "min": None, "max": None, "histogram": hist}
     return {"mean": round(statistics.fmean(totals), 4),
             "median": round(statistics.median(totals), 4),
-            "min": min(totals), "max": max(totals),
-            "histogram": {"bin_edges": edges, "counts": counts}}
+            "min": min(totals), "max": max(totals), "histogram": hist}
 
 
 def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
@@ -224,44 +242,86 @@ def _save_png(fig, path: Path) -> Path:
     return path
 
 
-def plot_score_histogram(summary: dict, path: Path) -> Path:
-    """Bar chart of the total scores (the summary's histogram)."""
+def score_histogram_figure(summary: dict):
+    """The histogram of the total scores (the summary's): bins of whole points, full marks
+    in a bar of its own (set apart, in another colour), each bar's count written on it."""
     hist = summary["score"]["histogram"]
     edges, counts = hist["bin_edges"], hist["counts"]
-    fig = _figure(7, 4)
+    max_total = float(summary["max_total"])
+    step = histogram_step(max_total) if max_total > 0 else 1
+    fig = _figure(8, 4.2)
     ax = fig.add_subplot()
-    widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
-    ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black", color="#4c72b0")
-    ax.set_xlabel(f"total score (out of {number(summary['max_total'])})")
+    below = len(counts) - 1
+    lefts = edges[:below]
+    widths = [b - a for a, b in zip(edges[:below], edges[1:below + 1], strict=True)]
+    full_x = max_total + 0.4 * step
+    bars = list(ax.bar(lefts, counts[:below], width=widths, align="edge", edgecolor="black",
+                       color="#4c72b0", label="scores"))
+    bars += list(ax.bar([full_x], [counts[-1]], width=step, align="edge", edgecolor="black",
+                        color="#55a868", label="full marks"))
+    for bar, count in zip(bars, counts, strict=True):
+        if count:
+            ax.annotate(str(count), xy=(bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=9)
+    ax.set_xlabel(f"total score (out of {number(max_total)}; bins of {number(step)})")
     ax.set_ylabel("students")
     from matplotlib.ticker import MaxNLocator
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, max(counts + [1]) * 1.15 + 0.5)          # room for the counts
+    tick_step = step * max(1, round(below / 10))
+    ticks = [x for x in edges[:below] if round(x / tick_step, 6) == int(x / tick_step)]
+    ax.set_xticks(ticks + [full_x + step / 2],
+                  [number(x) for x in ticks] + [f"{number(max_total)}\n(full)"])
+    ax.set_xlim(0, full_x + 1.4 * step)
     score = summary["score"]
     if score["mean"] is not None:
         ax.set_title(f"{summary['students']} students: mean {score['mean']:.1f}, "
                      f"median {score['median']:g}")
-    ax.set_xlim(edges[0], edges[-1] if edges[-1] > edges[0] else 1)
-    return _save_png(fig, path)
+    return fig
 
 
-def plot_test_pass_rates(summary: dict, path: Path) -> Path:
-    """Horizontal bars: the share of graded students who passed each test, grouped by lab."""
+def plot_score_histogram(summary: dict, path: Path) -> Path:
+    """score_histogram.png (see ``score_histogram_figure``)."""
+    return _save_png(score_histogram_figure(summary), path)
+
+
+PASS_RATE_ROW_IN = 0.3        # inches of figure height per test (9-point labels, no overlap)
+
+
+def pass_rates_figure(summary: dict):
+    """Horizontal bars: the share of graded students who passed each test, one colour per
+    lab, each bar with its percentage; the figure as tall as its tests need."""
     tests = list(summary["tests"].values())
-    fig = _figure(9, max(2.5, 0.28 * len(tests) + 1.2))
+    fig = _figure(10, max(2.5, PASS_RATE_ROW_IN * len(tests) + 1.6))
     ax = fig.add_subplot()
     labels = [t["test"] + (" (hidden)" if t["visibility"] == "hidden" else "") for t in tests]
-    rates = [100 * (t["pass_rate"] or 0.0) for t in tests]
+    rates = [None if t["pass_rate"] is None else 100 * t["pass_rate"] for t in tests]
     labs = list(dict.fromkeys(t["lab"] for t in tests))
     palette = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
     ys = list(range(len(tests)))[::-1]      # first test at the top
     for i, lab in enumerate(labs):          # one colour (and legend entry) per lab
         rows = [k for k, t in enumerate(tests) if t["lab"] == lab]
-        ax.barh([ys[k] for k in rows], [rates[k] for k in rows],
+        ax.barh([ys[k] for k in rows], [rates[k] or 0.0 for k in rows], height=0.7,
                 color=palette[i % len(palette)], label=lab)
-    ax.set_yticks(ys, labels, fontsize=7)
-    if labs:
-        ax.legend(loc="lower right", fontsize=7)
-    ax.set_xlim(0, 100)
+    for y, rate in zip(ys, rates, strict=True):
+        ax.annotate("n/a" if rate is None else f"{rate:.0f}%", xy=(rate or 0.0, y),
+                    xytext=(3, 0), textcoords="offset points", ha="left", va="center",
+                    fontsize=8)
+    ax.set_yticks(ys, labels, fontsize=9)
+    ax.set_ylim(-0.6, len(tests) - 0.4)
+    if labs:   # above the bars, never over them
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(4, len(labs)),
+                  fontsize=9, frameon=False)
+    ax.set_xlim(0, 112)                     # room for "100%"
+    ax.set_xticks(range(0, 101, 20))
     ax.set_xlabel(f"passed (% of the {summary['graded_ok']} graded students)")
-    ax.set_title("Pass rate per test")
-    return _save_png(fig, path)
+    ax.set_title("Pass rate per test", loc="left", pad=26 if labs else 6)
+    ax.grid(axis="x", color="#dddddd")
+    ax.set_axisbelow(True)
+    return fig
+
+
+def plot_test_pass_rates(summary: dict, path: Path) -> Path:
+    """test_pass_rates.png (see ``pass_rates_figure``)."""
+    return _save_png(pass_rates_figure(summary), path)

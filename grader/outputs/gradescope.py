@@ -1,4 +1,9 @@
-"""Gradescope's ``results.json``: a view of the result model (and its atomic writer)."""
+"""Gradescope's ``results.json``: a view of the result model (and its atomic writer).
+
+Each test's output says what failed and the diagnosis; a diagnosis that several failed tests
+of a lab share is written out in full once, in the first public test that has it (a hidden
+test's output shows only after grades are published), and the others name the mistake and
+that test."""
 
 from __future__ import annotations
 
@@ -6,8 +11,8 @@ import json
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_write_text
-from grader.outputs.text import capped
-from grader.results import SubmissionResult, TestResult
+from grader.outputs.text import capped, diagnosis_name, shared_causes
+from grader.results import LabResult, SubmissionResult, TestResult
 
 # How a rubric visibility maps to Gradescope's: hidden tests appear after grades are published.
 GRADESCOPE_VISIBILITY = {"public": "visible", "hidden": "after_published"}
@@ -20,6 +25,7 @@ def gradescope_payload(result: SubmissionResult) -> dict:
     """Gradescope's results.json (top-level score, tests[] with per-test fields)."""
     tests = []
     for lab in result.labs:
+        holders = _hint_holders(lab)
         for t in lab.tests:
             tests.append({
                 "name": f"{lab.name}: {t.name}",
@@ -28,7 +34,7 @@ def gradescope_payload(result: SubmissionResult) -> dict:
                 "max_score": round(t.max_score, 4),
                 "status": t.status,
                 "visibility": GRADESCOPE_VISIBILITY[t.visibility],
-                "output": capped(_output_text(t), TEST_OUTPUT_CAP),
+                "output": capped(_output_text(t, lab, holders), TEST_OUTPUT_CAP),
                 "output_format": "text",
                 "tags": [lab.name],
             })
@@ -55,12 +61,26 @@ def gradescope_payload(result: SubmissionResult) -> dict:
     }
 
 
-def _output_text(t: TestResult) -> str:
+def _hint_holders(lab: LabResult) -> dict[str, tuple[TestResult, int]]:
+    """For each diagnosis that several failed tests of *lab* share: the test whose output
+    carries it in full (the first public one, whose output a student sees before grades
+    are published; else the first), and how many tests share it."""
+    return {c.diagnosis: (next((t for t in c.tests if t.visibility == "public"), c.tests[0]),
+                          len(c.tests)) for c in shared_causes(lab)}
+
+
+def _output_text(t: TestResult, lab: LabResult, holders: dict) -> str:
     lines = [t.description] if t.description else []
     if not t.passed and t.message:
         lines.append(t.message)
     if not t.passed and t.diagnosis:
-        lines.append(f"Diagnosis: {t.diagnosis}")
+        holder, count = holders.get(t.diagnosis, (t, 1))
+        if holder is t:
+            seen = f" (seen in {count} tests of {lab.name})" if count > 1 else ""
+            lines.append(f"Diagnosis: {t.diagnosis}{seen}")
+        else:      # the hint once per lab: a 29-test lab does not repeat it 29 times
+            lines.append(f"Diagnosis: {diagnosis_name(t.diagnosis)} (the hint is in "
+                         f"{lab.name}: {holder.name})")
     return "\n".join(lines)
 
 

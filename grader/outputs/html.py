@@ -21,10 +21,12 @@ from __future__ import annotations
 import base64
 import html
 import io
+import struct
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_write_text
-from grader.results import SubmissionResult, TestResult
+from grader.outputs.text import Cause, cause_of, shared_causes
+from grader.results import LabResult, SubmissionResult, TestResult
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -49,9 +51,19 @@ pre.message { white-space: pre-wrap; word-break: break-word; margin: 0; font-siz
 .diagnosis { margin: 0.5em 0 0; padding: 0.45em 0.6em; background: #fff4e5;
              border-left: 4px solid #f0a020; border-radius: 3px; }
 figure.picture { margin: 0.6em 0 0; }
-figure.picture img { max-width: 100%; height: auto; border: 1px solid #e3e3e3; }
+figure.picture img { max-width: 100%; height: auto; border: 1px solid #e3e3e3;
+                     image-rendering: pixelated; }
 figure.picture figcaption { font-size: 0.85em; color: #555; }
 footer { margin-top: 3em; font-size: 0.85em; color: #777; }
+nav.contents { background: #f5f5f7; border-radius: 4px; padding: 0.5em 1em; }
+nav.contents ol { margin: 0.3em 0 0; }
+.failed-count { color: #c62828; }
+nav.lab-nav { font-size: 0.85em; margin: -0.3em 0 0.6em; }
+ul.causes { list-style: none; padding: 0; margin: 0.6em 0; }
+li.cause { margin: 0.4em 0; padding: 0.5em 0.7em; background: #fff4e5;
+           border-left: 4px solid #f0a020; border-radius: 3px; }
+.seen { color: #6a4a00; white-space: nowrap; }
+tr.pictures td { border-bottom: 1px solid #e3e3e3; padding: 0 0.6em 0.8em; }
 """
 
 
@@ -68,9 +80,27 @@ def points_text(value: float) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-CELL_PX = (6, 28)            # pixels per array cell: at least, at most
-PANEL_PX = 220               # a panel's longer side aims at this many pixels
+CELL_PX = (5, 80)            # pixels per array cell: at least, at most
+PANEL_PX = 320               # a panel's longer side aims at this many pixels (64 cells: 5 px)
+PAGE_PX = 1100               # the report's width (72em): a picture never wider, never scaled
+PANELS_PER_ROW = 2           # yours | expected, then the difference below
 MAGENTA = (255, 0, 255, 255)  # NaN and inf cells
+
+
+def heatmap_cell_px(rows: int, cols: int) -> int:
+    """Pixels per cell of a rows x cols heatmap: a panel of about PANEL_PX, cells of 5-80 px."""
+    return int(max(CELL_PX[0], min(CELL_PX[1], -(-PANEL_PX // max(rows, cols, 1)))))
+
+
+def _ticks(n: int, cell: int) -> list[int]:
+    """Indices to label along an axis of n cells: 0, every step (at least 28 px apart), n-1."""
+    step = next(s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256, 1 << 30) if s * cell >= 28)
+    ticks = list(range(0, n, step))
+    if ticks[-1] != n - 1:
+        if (n - 1 - ticks[-1]) * cell < 20 and len(ticks) > 1:
+            ticks.pop()          # too close to the last index to both be read
+        ticks.append(n - 1)
+    return ticks
 
 
 def _colour(array, cmap_name: str, lo: float, hi: float):
@@ -90,8 +120,10 @@ def picture_png(picture: dict) -> bytes:
 
     Heatmaps drawn cell by cell with Pillow (colour maps from matplotlib: viridis for values,
     with "yours" on the colour scale of "expected"; RdBu, centred on 0, for the difference),
-    each with its title, axis names and a colour bar with its end values. A few ms a
-    picture, where a matplotlib figure took ~0.3 s: a batch draws one per failed public test.
+    each with its title, axis names, index labels and a colour bar with its end and middle
+    values; two panels a row, each about PANEL_PX on its longer side (a 64x64 slice gets
+    5-pixel cells), so the picture fits the page at its own size. A few ms a picture, where
+    a matplotlib figure took ~0.3 s: a batch draws one per failed public test.
     """
     import numpy as np
     from PIL import Image, ImageDraw, ImageFont
@@ -103,7 +135,7 @@ def picture_png(picture: dict) -> bytes:
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
-    panels = [("yours", student.numpy(), "viridis", lo, hi, False),
+    panels = [("yours", student.numpy(), "viridis", lo, hi, True),
               ("expected", expected.numpy(), "viridis", lo, hi, True)]
     if difference is not None:
         diff = difference.double()
@@ -112,45 +144,55 @@ def picture_png(picture: dict) -> bytes:
         panels.append(("yours - expected", diff.numpy(), "RdBu_r", -bound, bound, True))
 
     rows, cols = student.shape
-    cell = int(max(CELL_PX[0], min(CELL_PX[1], PANEL_PX // max(rows, cols, 1))))
+    cell = heatmap_cell_px(rows, cols)
     width, height = cols * cell, rows * cell
-    title_font, label_font = ImageFont.load_default(size=13), ImageFont.load_default(size=11)
-    top, left, bottom, bar, gap = 24, 34, 30, 64, 26
-    panel_w = left + width + bar
-    canvas = Image.new("RGB", (gap + len(panels) * (panel_w + gap), top + height + bottom),
+    title_font, label_font = ImageFont.load_default(size=15), ImageFont.load_default(size=12)
+    top, left, bottom, bar, gap = 28, 46, 38, 78, 24
+    panel_w, panel_h = left + width + bar, top + height + bottom
+    per_row = min(PANELS_PER_ROW, len(panels))
+    grid_rows = -(-len(panels) // per_row)
+    canvas = Image.new("RGB", (gap + per_row * (panel_w + gap), grid_rows * panel_h + 6),
                        "white")
     draw = ImageDraw.Draw(canvas)
     row_name, col_name = str(picture.get("rows", "")), str(picture.get("cols", ""))
     for i, (label, array, cmap, vmin, vmax, with_bar) in enumerate(panels):
-        x0 = gap + i * (panel_w + gap) + left
+        x0 = gap + (i % per_row) * (panel_w + gap) + left
+        y0 = (i // per_row) * panel_h + top
         rgba = _colour(array, cmap, vmin, vmax)
         block = np.repeat(np.repeat(rgba, cell, axis=0), cell, axis=1)
-        canvas.paste(Image.fromarray(block, "RGBA").convert("RGB"), (x0, top))
-        draw.rectangle((x0 - 1, top - 1, x0 + width, top + height), outline="#888888")
-        draw.text((x0 + width / 2, 4), label, fill="black", font=title_font, anchor="mt")
-        # axis names and the first and last index of each axis
-        draw.text((x0, top + height + 3), "0", fill="#444444", font=label_font)
-        draw.text((x0 + width, top + height + 3), str(cols - 1), fill="#444444",
-                  font=label_font, anchor="ra")
-        draw.text((x0 + width / 2, top + height + 15), col_name, fill="#222222",
+        canvas.paste(Image.fromarray(block, "RGBA").convert("RGB"), (x0, y0))
+        draw.rectangle((x0 - 1, y0 - 1, x0 + width, y0 + height), outline="#888888")
+        draw.text((x0 + width / 2, y0 - top + 6), label, fill="black", font=title_font,
+                  anchor="mt")
+        # axis names and index labels (at the cells' centres)
+        for j in _ticks(cols, cell):
+            x = x0 + j * cell + cell / 2
+            draw.line((x, y0 + height, x, y0 + height + 3), fill="#444444")
+            draw.text((x, y0 + height + 4), str(j), fill="#444444", font=label_font,
+                      anchor="mt")
+        draw.text((x0 + width / 2, y0 + height + 20), col_name, fill="#222222",
                   font=label_font, anchor="mt")
-        draw.text((x0 - 4, top), "0", fill="#444444", font=label_font, anchor="ra")
-        draw.text((x0 - 4, top + height), str(rows - 1), fill="#444444", font=label_font,
-                  anchor="rd")
+        for j in _ticks(rows, cell):
+            y = y0 + j * cell + cell / 2
+            draw.line((x0 - 4, y, x0 - 1, y), fill="#444444")
+            draw.text((x0 - 6, y), str(j), fill="#444444", font=label_font, anchor="rm")
         if row_name:   # written upwards along the rows axis
             box = draw.textbbox((0, 0), row_name, font=label_font)
             text = Image.new("RGB", (box[2] + 2, box[3] + 2), "white")
             ImageDraw.Draw(text).text((1, 1), row_name, fill="#222222", font=label_font)
             text = text.rotate(90, expand=True)
-            canvas.paste(text, (x0 - left + 2, int(top + max(0, (height - text.height) / 2))))
+            canvas.paste(text, (x0 - left + 1, int(y0 + max(0, (height - text.height) / 2))))
         if with_bar:
-            bx = x0 + width + 8
-            ramp = np.linspace(vmax, vmin, height).reshape(height, 1).repeat(10, axis=1)
+            bx = x0 + width + 10
+            ramp = np.linspace(vmax, vmin, height).reshape(height, 1).repeat(12, axis=1)
             strip = _colour(ramp, cmap, vmin, vmax)
-            canvas.paste(Image.fromarray(strip, "RGBA").convert("RGB"), (bx, top))
-            draw.rectangle((bx - 1, top - 1, bx + 10, top + height), outline="#888888")
-            draw.text((bx + 13, top), f"{vmax:.3g}", fill="#444444", font=label_font)
-            draw.text((bx + 13, top + height), f"{vmin:.3g}", fill="#444444",
+            canvas.paste(Image.fromarray(strip, "RGBA").convert("RGB"), (bx, y0))
+            draw.rectangle((bx - 1, y0 - 1, bx + 12, y0 + height), outline="#888888")
+            draw.text((bx + 15, y0), f"{vmax:.3g}", fill="#444444", font=label_font)
+            if height >= 60:
+                draw.text((bx + 15, y0 + height / 2), f"{(vmax + vmin) / 2:.3g}",
+                          fill="#444444", font=label_font, anchor="lm")
+            draw.text((bx + 15, y0 + height), f"{vmin:.3g}", fill="#444444",
                       font=label_font, anchor="ld")
     buffer = io.BytesIO()
     canvas.save(buffer, format="PNG", optimize=False, compress_level=6)
@@ -160,12 +202,14 @@ def picture_png(picture: dict) -> bytes:
 def _picture_html(picture: dict) -> str:
     png = picture_png(picture)
     data = base64.b64encode(png).decode("ascii")
+    width, height = struct.unpack(">II", png[16:24])      # the PNG's IHDR
     caption = picture.get("title", "")
     student = picture["student"]
     if not bool(student.isfinite().all()):
         caption += " - magenta cells are NaN or inf in your result"
     alt = f"heatmaps: {caption}"
-    return (f'<figure class="picture"><img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+    return (f'<figure class="picture"><img width="{width}" height="{height}" alt="{_e(alt)}" '
+            f'src="data:image/png;base64,{data}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
@@ -174,28 +218,80 @@ def _picture_html(picture: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _test_row(t: TestResult) -> str:
+def _test_rows(t: TestResult, causes: list[Cause], lab: LabResult) -> str:
+    """The test's row and, for a failed public test with pictures, a full-width row of them."""
     hidden = t.visibility != "public"
     state = "passed" if t.passed else "failed"
     badge = '<span class="visibility">hidden</span>' if hidden else ""
     desc = f'<div class="desc">{_e(t.description)}</div>' if t.description else ""
-    details = []
+    details, pictures = [], []
     if not t.passed:
         if t.message:
             details.append(f'<pre class="message">{_e(t.message)}</pre>')
-        if t.diagnosis:
+        cause = cause_of(t, causes)
+        if cause is not None:
+            details.append(f'<p class="diagnosis see"><strong>Diagnosis:</strong> see <a href="#'
+                           f'{_e(_cause_id(lab, causes.index(cause)))}">\'{_e(cause.name)}\'</a>'
+                           " above</p>")
+        elif t.diagnosis:
             details.append(f'<p class="diagnosis"><strong>Diagnosis:</strong> {_e(t.diagnosis)}</p>')
         if not hidden:
             for picture in t.artifacts or []:
                 try:
-                    details.append(_picture_html(picture))
+                    pictures.append(_picture_html(picture))
                 except Exception:  # noqa: BLE001 - a picture that cannot be drawn is left out
                     continue
-    return (f'<tr class="test {state}" data-test="{_e(t.name)}" data-visibility="{_e(t.visibility)}">'
-            f'<td class="name"><code>{_e(t.name)}</code>{badge}{desc}</td>'
-            f'<td class="result">{"pass" if t.passed else "FAIL"}</td>'
-            f'<td class="points">{points_text(t.score)} / {points_text(t.max_score)}</td>'
-            f'<td class="details">{"".join(details)}</td></tr>')
+    row = (f'<tr class="test {state}" data-test="{_e(t.name)}" data-visibility="{_e(t.visibility)}">'
+           f'<td class="name"><code>{_e(t.name)}</code>{badge}{desc}</td>'
+           f'<td class="result">{"pass" if t.passed else "FAIL"}</td>'
+           f'<td class="points">{points_text(t.score)} / {points_text(t.max_score)}</td>'
+           f'<td class="details">{"".join(details)}</td></tr>')
+    if pictures:       # the whole table's width: heatmaps drawn to be read at their own size
+        row += (f'<tr class="pictures {state}" data-pictures-for="{_e(t.name)}">'
+                f'<td colspan="4">{"".join(pictures)}</td></tr>')
+    return row
+
+
+def _cause_id(lab: LabResult, index: int) -> str:
+    return f"cause-{lab.name}-{index + 1}"
+
+
+def _lab_title(lab: LabResult) -> str:
+    return f"{lab.name} - {lab.title}" if lab.title else lab.name
+
+
+def _lab_nav(labs: list[LabResult], i: int) -> str:
+    links = ['<a href="#contents">contents</a>']
+    if i > 0:
+        links.append(f'<a href="#{_e(labs[i - 1].name)}">previous: {_e(labs[i - 1].name)}</a>')
+    if i < len(labs) - 1:
+        links.append(f'<a href="#{_e(labs[i + 1].name)}">next: {_e(labs[i + 1].name)}</a>')
+    return f'<nav class="lab-nav">{" | ".join(links)}</nav>'
+
+
+def _contents(result: SubmissionResult) -> str:
+    items = []
+    for lab in result.labs:
+        failed = sum(not t.passed for t in lab.tests)
+        extra = f' <span class="failed-count">({failed} failed)</span>' if failed else ""
+        items.append(f'<li><a href="#{_e(lab.name)}">{_e(_lab_title(lab))}</a>: '
+                     f"{points_text(lab.score)} / {points_text(lab.max_score)}{extra}</li>")
+    return (f'<nav id="contents" class="contents"><strong>Labs</strong>'
+            f'<ol>{"".join(items)}</ol></nav>')
+
+
+def _causes_html(lab: LabResult, causes: list[Cause]) -> str:
+    """Each diagnosis shared by several failed tests of the lab, written out once."""
+    items = []
+    for i, c in enumerate(causes):
+        what = (f"<strong>{_e(c.name)}:</strong> {_e(c.hint)}" if c.hint
+                else f"<strong>{_e(c.name)}</strong>")
+        items.append(f'<li class="cause" id="{_e(_cause_id(lab, i))}"><strong>Likely cause:'
+                     f'</strong> {what} <span class="seen">(seen in {len(c.tests)} tests)</span>'
+                     "</li>")
+    if not items:
+        return ""
+    return f'<ul class="causes">{"".join(items)}</ul>'
 
 
 def render_feedback_html(result: SubmissionResult) -> str:
@@ -215,23 +311,29 @@ def render_feedback_html(result: SubmissionResult) -> str:
     if result.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in result.notes)
                      + "</ul>")
-    for lab in result.labs:
+    if result.labs:
+        parts.append(_contents(result))
+    for i, lab in enumerate(result.labs):
+        causes = shared_causes(lab)
         parts.append(f'<section class="lab" id="{_e(lab.name)}">')
-        parts.append(f"<h2>{_e(lab.name)} - {_e(lab.title)}: {points_text(lab.score)} / "
+        parts.append(f"<h2>{_e(_lab_title(lab))}: {points_text(lab.score)} / "
                      f"{points_text(lab.max_score)}</h2>")
+        parts.append(_lab_nav(result.labs, i))
         if lab.message:
             parts.append(f'<p class="lab-message"><code>{_e(lab.file)}</code>: {_e(lab.message)}</p>')
+        parts.append(_causes_html(lab, causes))
         parts.append('<table class="tests"><thead><tr><th>test</th><th>result</th>'
                      "<th>points</th><th>what happened</th></tr></thead><tbody>")
-        parts.extend(_test_row(t) for t in lab.tests)
+        parts.extend(_test_rows(t, causes, lab) for t in lab.tests)
         parts.append("</tbody></table></section>")
     parts.append(
         "<footer>A <em>diagnosis</em> names a classic mistake: the grader ran that mistake on "
-        "the same inputs and it reproduced what your code returned. Pictures show, for failed "
+        "the same inputs and it reproduced what your code returned. A mistake seen in several "
+        "tests of a lab is explained once, at the top of the lab. Pictures show, for failed "
         "public tests, one slice of your result beside the expected one. Hidden tests show "
         "no values.</footer>")
     parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return "\n".join(p for p in parts if p) + "\n"
 
 
 def write_feedback_html(result: SubmissionResult, path) -> Path:

@@ -1,4 +1,5 @@
-"""Text fit for any output: control characters and lone surrogates made harmless.
+"""Text fit for any output: control characters and lone surrogates made harmless; and the
+diagnoses that several failed tests of a lab share, so that a report writes each out once.
 
 Text that came from student code has already been capped and visibility-filtered by the
 engine; outputs also make it *printable*, because XML 1.0 cannot carry most control
@@ -8,8 +9,9 @@ characters at all and a CI log or terminal should not be repainted by escape seq
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from grader.results import TestResult
+from grader.results import LabResult, TestResult
 
 # C0/C1 control characters except tab and newline, DEL, lone surrogates, and the two code
 # points XML 1.0 forbids outright.
@@ -34,3 +36,52 @@ def failure_text(test: TestResult) -> str:
     if test.diagnosis:
         lines.append(f"Diagnosis: {test.diagnosis}")
     return printable("\n".join(lines))
+
+
+# ------------------------------------------------------------------------------------------
+# diagnoses shared by several failed tests of a lab: written out once, referred to after
+# ------------------------------------------------------------------------------------------
+
+
+def diagnosis_name(diagnosis: str) -> str:
+    """The mistake's name: a diagnosis is "<name>: <hint>" (grader.mistakes.Mistake)."""
+    return diagnosis.split(": ", 1)[0].strip()
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One diagnosis and the failed tests of a lab that got it."""
+    diagnosis: str
+    tests: tuple[TestResult, ...]
+
+    @property
+    def name(self) -> str:
+        return diagnosis_name(self.diagnosis)
+
+    @property
+    def hint(self) -> str:
+        return self.diagnosis.split(": ", 1)[1].strip() if ": " in self.diagnosis else ""
+
+    def summary(self) -> str:
+        """"Likely cause: <name>: <hint> (seen in N tests)"."""
+        return f"Likely cause: {self.diagnosis} (seen in {len(self.tests)} tests)"
+
+    def reference(self) -> str:
+        """What each of its tests says instead of the whole diagnosis."""
+        return f"Diagnosis: see '{self.name}' above"
+
+
+def shared_causes(lab: LabResult) -> list[Cause]:
+    """The diagnoses that two or more failed tests of *lab* share (grouped by the whole
+    string), most tests first, then in the order the lab's tests first show them."""
+    groups: dict[str, list[TestResult]] = {}
+    for t in lab.tests:
+        if not t.passed and t.diagnosis:
+            groups.setdefault(t.diagnosis, []).append(t)
+    causes = [Cause(d, tuple(ts)) for d, ts in groups.items() if len(ts) > 1]
+    return sorted(causes, key=lambda c: -len(c.tests))     # stable: ties keep their order
+
+
+def cause_of(test: TestResult, causes: list[Cause]) -> Cause | None:
+    """The shared cause that *test* belongs to, if any."""
+    return next((c for c in causes if any(t is test for t in c.tests)), None)

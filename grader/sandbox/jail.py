@@ -219,9 +219,11 @@ def build_root(*, submission: str, read_only_paths: list[str], hide_paths: list[
         _bind("/dev/" + dev, writable=True)
     os.makedirs(NEW_ROOT + "/proc", mode=0o555)
     # A container that masks parts of its /proc forbids a fresh one inside a user
-    # namespace: the worker then simply has no /proc (it needs none).
+    # namespace: the worker then simply has no /proc (it needs none). Read-only: nothing in
+    # it is the worker's to change (e.g. clear_refs, which would reset the memory
+    # high-water mark the grader measures a call by: grader/sandbox/usage.py).
     with contextlib.suppress(JailError):
-        mount("proc", NEW_ROOT + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount("proc", NEW_ROOT + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
     # The scaffolding (and every directory created above) becomes read-only.
     mount(None, NEW_ROOT, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
           "size=16m,mode=0755")
@@ -346,6 +348,52 @@ def collapse_huge_pages() -> int:
         if madvise(start, end - start, MADV_COLLAPSE) == 0:
             collapsed += 1
     return collapsed
+
+
+MADV_POPULATE_READ = 22
+
+
+def populate_mapped_files() -> int:
+    """Fault in every page of this process's file-backed mappings (libraries' code and data).
+
+    A forked worker shares its zygote's library pages but starts without them in its page
+    tables, so the first use of each torch kernel counts its code pages into the worker's
+    resident size: tens of MB that are not the call's memory. Populated before a measured
+    call, they are in the baseline (grader/sandbox/usage.py). Best effort: returns how many
+    mappings were populated (0 where the kernel lacks MADV_POPULATE_READ, Linux < 5.14).
+    Student code gains nothing by stopping it: its peak could only look larger.
+    """
+    madvise = _libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    try:
+        with open("/proc/self/maps") as fh:
+            maps = fh.read().splitlines()
+    except OSError:
+        return 0
+    done = 0
+    for line in maps:
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6 or not parts[5].startswith("/") or not parts[1].startswith("r"):
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        if madvise(start, end - start, MADV_POPULATE_READ) == 0:
+            done += 1
+    return done
+
+
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 128 * 1024
+
+
+def map_large_allocations() -> bool:
+    """Give every allocation of 128 kB or more its own mapping, returned to the kernel when
+    freed (glibc's default threshold grows up to 32 MB as big blocks are freed, and then
+    big blocks come from the heap, whose free space, non-resident since the zygote, becomes
+    resident as it is reused). With it, a measured call's resident peak is what it held at
+    once, not what the allocator happened to touch. False where mallopt refused."""
+    mallopt = _libc.mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 # --------------------------------------------------------------------------- seccomp

@@ -12,8 +12,9 @@ A request is a dict that ``wire.encode`` carries as it is. The builders give eac
 keys in the order the grader has always sent them: call plans compare encoded frames byte
 for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
 
-  op            "probe" | "call" | "grad" | "state_dict" | "buffer"
+  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "stage" | "run_staged"
   names         probe only: list[str], names the lab module must define
+  request       stage only: a call or grad request, held (inputs read) until "run_staged"
   target        str: the function or class of the lab module to run
   args          list: positional arguments (tensors, numbers, str, None, and lists,
                 tuples and str-keyed dicts of these); [] for state_dict and buffer
@@ -35,6 +36,7 @@ for byte. The fields (shapes are those of the tests' tensors; any dtype the wire
 Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an exception):
 
   probe       list[str]: the names the lab module lacks (answered by the worker itself)
+  stage       None (answered by the worker itself); run_staged: the held request's reply
   call        the return value, made plain (``plain``)
   grad        {"output": the plain return value,
                "input_grads": tuple, one per positional argument: for a floating tensor its
@@ -116,6 +118,18 @@ def grad_request(target, args, kwargs: dict, grad_outputs, seed: int = 0) -> dic
     else:
         req["target"] = target
     return req
+
+
+def stage_request(req: dict) -> dict:
+    """Hold ``req`` (a call or grad request) in the worker, its inputs read, without running
+    it: the grader then resets the worker's memory high-water mark and sends
+    ``run_staged_request``, so what the call uses is measured above its inputs."""
+    return {"op": "stage", "request": req}
+
+
+def run_staged_request() -> dict:
+    """Run the request the last ``stage_request`` held; its reply is that request's."""
+    return {"op": "run_staged"}
 
 
 def callback_request(lab: str, target: str, args, kwargs: dict, seed: int,

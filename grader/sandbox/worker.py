@@ -24,6 +24,7 @@ import traceback
 import torch
 
 import forbidden
+import jail
 import protocol
 import wire
 
@@ -232,6 +233,7 @@ class Server:
         self.queued: list = []          # requests read while waiting for a callback reply
         self.callbacks = 0
         self.seq = 0                    # requests taken so far; each reply carries its number
+        self.staged = None              # a request held by "stage" until "run_staged"
 
     def callback(self, req: dict):
         """Ask the grader for another lab's answer (protocol "Callbacks"); its value."""
@@ -268,6 +270,18 @@ class Server:
         module = self.lab_module()
         if req["op"] == "probe":  # the names the contract requires that the module lacks
             return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
+        if req["op"] == "stage":  # inputs read now; the grader measures the run from here
+            held = req.get("request")
+            if not isinstance(held, dict) or held.get("op") not in ("call", "grad"):
+                raise ValueError("only a call or grad request can be staged")
+            self.staged = held
+            jail.map_large_allocations()        # resident peak == memory held (see there)
+            jail.populate_mapped_files()        # library pages into the baseline (see there)
+            return None
+        if req["op"] == "run_staged":
+            req, self.staged = self.staged, None
+            if req is None:
+                raise ValueError("no request is staged")
         return protocol.answer(lambda name: getattr(module, name, None), req, f"{self.lab}.py")
 
     def serve(self):

@@ -1,0 +1,114 @@
+"""What a worker used, read by the grader from the kernel's accounting (``/proc/<pid>``).
+
+Runs in the trusted process. Nothing here asks the worker anything: student code runs in
+the worker and could report whatever it liked, but it cannot change what the kernel counts
+for its process. ``Usage`` is one reading; ``measured(before, after)`` the difference over a
+call.
+
+- memory: the resident set's high-water mark (``VmHWM``). Before a measured call the grader
+  resets it to the current resident size (writing 5 to ``/proc/<pid>/clear_refs``; the
+  worker's own ``/proc`` is mounted read-only, so student code cannot reset it again during
+  the call). Where the reset is not allowed (a plain-mode worker of another user), the mark
+  from before the call is the baseline, which can only make the peak look smaller than it was
+  if the worker's earlier peak was higher: a fresh worker's only earlier work is importing
+  the lab and reading the inputs.
+- work: the CPU time of every thread of the worker, in nanoseconds (``schedstat``), or the
+  process's own tick count where larger (threads that exited are in it, at 10 ms grain).
+- other processes: the faults and CPU time of children the worker waited for (``cminflt``,
+  ``cutime``) and whether any child is alive: a measured call must do its work in the
+  worker itself, or what it used is not in the reading.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+TICK_NS = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") or 100)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One reading of a worker's accounting."""
+    resident: int           # bytes resident now (VmRSS)
+    peak: int               # bytes, the resident high-water mark (VmHWM)
+    cpu_ns: int             # CPU time of the worker's threads
+    child_faults: int       # minor faults of the children it waited for
+    child_ticks: int        # CPU ticks of the children it waited for
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one call used: its peak memory above the resident size before it, its CPU time,
+    and whether another process did part of the work (then the two figures are not the
+    call's)."""
+    peak_bytes: int
+    cpu_s: float
+    other_processes: bool
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak_bytes, "cpu_s": self.cpu_s,
+                "other_processes": self.other_processes}
+
+
+def _status(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0]) * 1024       # reported in kB
+    return out
+
+
+def _stat_fields(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as fh:
+        text = fh.read()
+    return text[text.rindex(")") + 2:].split()    # the fields after "(comm)", from state on
+
+
+def _threads_cpu_ns(pid: int) -> int:
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue                                # a thread that just ended
+    return total
+
+
+def reading(pid: int) -> Usage:
+    """The worker's accounting now. OSError if the process is gone."""
+    status = _status(pid)
+    fields = _stat_fields(pid)
+    # proc(5), counted from field 3 (state) as index 0: minflt 10 -> 7, cminflt 11 -> 8,
+    # utime 14 -> 11, stime 15 -> 12, cutime 16 -> 13, cstime 17 -> 14.
+    own_ticks = int(fields[11]) + int(fields[12])
+    return Usage(resident=status.get("VmRSS", 0), peak=status.get("VmHWM", 0),
+                 cpu_ns=max(_threads_cpu_ns(pid), own_ticks * TICK_NS),
+                 child_faults=int(fields[8]), child_ticks=int(fields[13]) + int(fields[14]))
+
+
+def reset_peak(pid: int) -> bool:
+    """Set the worker's high-water mark to its resident size now; False if not allowed."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def measured(before: Usage, after: Usage, *, children_alive: bool) -> Measured:
+    """The call's use between two readings (``before`` taken right after ``reset_peak``, or
+    without a reset: then the earlier peak is the baseline)."""
+    baseline = max(before.resident, before.peak)
+    return Measured(peak_bytes=max(0, after.peak - baseline),
+                    cpu_s=max(0, after.cpu_ns - before.cpu_ns) / 1e9,
+                    other_processes=children_alive or after.child_faults > before.child_faults
+                    or after.child_ticks > before.child_ticks)

@@ -1,0 +1,195 @@
+"""Resources as grading criteria: what a student call uses, measured by the grader.
+
+``student.measure`` runs one call in a fresh worker and reads the kernel's accounting of that
+worker (grader/sandbox/usage.py): the resident high-water mark above the inputs and the CPU
+time. These tests run real workers on small lab files written for the purpose: the same
+attention computed whole (an (L, L) score matrix) and in blocks, with the attempts a student
+might make to hide what they used (resetting the mark, doing the work in another process).
+The rubric's ``budget`` and the assertions built on the measurements are checked too.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from grader.engine.compare import (Mismatch, assert_memory_within,
+                                   assert_work_grows_within)
+from grader.engine.student import Measurement, Session, StudentError, StudentLab
+from grader.errors import RubricError
+from grader.rubric import Budget, load_rubric
+from grader.sandbox import make_scratch
+from grader.sandbox.usage import Measured, Usage, measured
+
+L, D = 4096, 64
+SCORES_BYTES = L * L * 4            # the float32 (L, L) score matrix: 64 MiB
+MIB = 1 << 20
+
+LAB = "lab9_resources"
+SOURCE = textwrap.dedent('''
+    import os
+    import torch
+
+    def whole(q, k, v):
+        s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5        # (L, L)
+        return torch.softmax(s, -1) @ v
+
+    def blocks(q, k, v, size=128):
+        out = []
+        for i in range(0, q.shape[-2], size):
+            s = q[..., i:i + size, :] @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (size, L)
+            out.append(torch.softmax(s, -1) @ v)
+        return torch.cat(out, -2)
+
+    def whole_then_reset_the_mark(q, k, v):
+        out = whole(q, k, v)
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            pass
+        return out
+
+    def whole_in_a_child(q, k, v):
+        pid = os.fork()
+        if pid == 0:
+            whole(q, k, v)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        return blocks(q, k, v)
+
+    def quadratic_kernel(q, k, v):
+        """elu+1 kernel attention in its O(L^2) form, a block of rows at a time."""
+        fq, fk = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
+        out = []
+        for i in range(0, q.shape[-2], 256):
+            w = fq[i:i + 256] @ fk.transpose(-2, -1)               # (256, L)
+            out.append((w @ v) / w.sum(-1, keepdim=True))
+        return torch.cat(out)
+
+    def linear_kernel(q, k, v):
+        """The same function in its associative O(L) form."""
+        fq, fk = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
+        s, z = fk.transpose(-2, -1) @ v, fk.sum(0)                  # (d, dv), (d,)
+        return (fq @ s) / (fq @ z).unsqueeze(-1)
+''')
+
+
+@pytest.fixture(scope="module")
+def measure(zygote):
+    """measure(name, *args) -> Measurement of LAB.name in a fresh worker of the shared zygote."""
+    scratch = make_scratch({f"{LAB}.py": SOURCE.encode()})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    lab = StudentLab(session, LAB)
+
+    def run(name, *args, **kwargs) -> Measurement:
+        session.start_test(60.0, lab=LAB)
+        return lab.measure(name, *args, **kwargs)
+
+    try:
+        yield run
+    finally:
+        session.close()
+        scratch.cleanup()
+
+
+def _qkv(length=L, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(length, D, generator=gen) for _ in range(3)]
+
+
+def test_a_whole_score_matrix_shows_in_the_peak_and_blocks_do_not(measure):
+    q, k, v = _qkv()
+    expected = torch.softmax(q @ k.T / D ** 0.5, -1) @ v
+    whole, blocks = measure("whole", q, k, v), measure("blocks", q, k, v)
+    for m in (whole, blocks):
+        assert torch.allclose(m.value, expected, atol=1e-5), "the value comes back as by call"
+        assert not m.other_processes and m.cpu_s > 0
+    assert whole.peak_bytes >= SCORES_BYTES, whole
+    assert blocks.peak_bytes <= 32 * MIB, blocks      # (128, L) blocks: 2 MiB each
+
+
+def test_resetting_the_mark_from_inside_does_not_hide_the_peak(measure):
+    """The worker's /proc is read-only (or the kernel refuses it): clear_refs cannot be
+    written by student code, so the peak of the whole matrix stays in the reading."""
+    q, k, v = _qkv()
+    m = measure("whole_then_reset_the_mark", q, k, v)
+    assert m.peak_bytes >= SCORES_BYTES, m
+
+
+def test_work_done_in_another_process_is_flagged(measure):
+    q, k, v = _qkv(1024)
+    try:
+        m = measure("whole_in_a_child", q, k, v)
+    except StudentError as exc:   # a sandbox that refuses fork: no way to hide work there
+        assert exc.kind in ("exception", "crash"), exc
+        return
+    assert m.other_processes, m
+    with pytest.raises(Mismatch, match="another process did part of the work"):
+        assert_memory_within(m, Budget(memory_mb=32, why="t"), name="blocks")
+
+
+def test_quadratic_work_grows_with_the_square_and_linear_does_not(measure):
+    small, large = _qkv(2048), _qkv(8192)
+    quad = [measure("quadratic_kernel", *small), measure("quadratic_kernel", *large)]
+    lin = [measure("linear_kernel", *small), measure("linear_kernel", *large)]
+    assert torch.allclose(quad[1].value, lin[1].value, atol=1e-4, rtol=1e-4)
+    budget = Budget(work_ratio=8.0, why="t")
+    assert_work_grows_within(*lin, budget, name="linear", factor=4)
+    with pytest.raises(Mismatch, match=r"4x the length took .*x the CPU time"):
+        assert_work_grows_within(*quad, budget, name="linear", factor=4)
+
+
+def test_memory_messages_say_what_was_measured():
+    m = Measurement(value=None, peak_bytes=130 * MIB, cpu_s=0.2, other_processes=False)
+    with pytest.raises(Mismatch) as info:
+        assert_memory_within(m, Budget(memory_mb=32, why="t"), name="chunked_attention",
+                             big_bytes=SCORES_BYTES, big_what="the (4096, 4096) score matrix")
+    assert str(info.value) == (
+        "chunked_attention: peak memory 130.0 MB above the inputs, over the budget of 32 MB; "
+        "the (4096, 4096) score matrix alone is 64 MB: it was materialised. Keep only one "
+        "block of it at a time.")
+    assert_memory_within(Measurement(None, 31 * MIB, 0.1, False), Budget(memory_mb=32),
+                         name="x")
+
+
+def test_a_reading_difference_is_the_calls_use():
+    before = Usage(resident=100, peak=100, cpu_ns=10**9, child_faults=5, child_ticks=0)
+    after = Usage(resident=150, peak=400, cpu_ns=3 * 10**9, child_faults=5, child_ticks=0)
+    assert measured(before, after, children_alive=False) == Measured(300, 2.0, False)
+    # no reset allowed: the earlier mark is the baseline
+    unreset = Usage(resident=100, peak=250, cpu_ns=10**9, child_faults=5, child_ticks=0)
+    assert measured(unreset, after, children_alive=False).peak_bytes == 150
+    forked = Usage(resident=150, peak=400, cpu_ns=3 * 10**9, child_faults=9, child_ticks=0)
+    assert measured(before, forked, children_alive=False).other_processes
+    assert measured(before, after, children_alive=True).other_processes
+
+
+def _rubric_with(tmp_path, test_entry: str):
+    from grader import paths
+    source = paths.RUBRIC.read_text()
+    marker = "test_bool_mask_blocks_keys:"
+    line = next(ln for ln in source.splitlines() if ln.strip().startswith(marker))
+    indent = line[:len(line) - len(line.lstrip())]
+    path = tmp_path / "rubric.yaml"
+    path.write_text(source.replace(line, f"{indent}{marker} {test_entry}", 1))
+    return path
+
+
+def test_rubric_budget_is_read_and_checked(tmp_path):
+    ok = load_rubric(_rubric_with(tmp_path, '{points: 2, visibility: public, budget: '
+                                            '{memory_mb: 32, why: "blocks of 128 keys"}}'))
+    budget = ok.test("lab1_attention", "test_bool_mask_blocks_keys").budget
+    assert budget == Budget(memory_mb=32.0, work_ratio=None, why="blocks of 128 keys")
+    for entry, problem in (
+            ('{points: 2, visibility: public, budget: {memory_mb: 32}}', "budget.why: missing"),
+            ('{points: 2, visibility: public, budget: {why: "x"}}',
+             "expected memory_mb and/or work_ratio"),
+            ('{points: 2, visibility: public, budget: {memory_mb: -1, why: "x"}}',
+             "budget.memory_mb"),
+            ('{points: 2, visibility: public, budget: {memroy_mb: 3, why: "x"}}', "memroy_mb")):
+        with pytest.raises(RubricError) as info:
+            load_rubric(_rubric_with(tmp_path, entry))
+        assert problem in "\n".join(info.value.errors), (entry, info.value.errors)
