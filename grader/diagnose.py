@@ -72,9 +72,16 @@ def _diagnose(ctx: Context, budget_s: float) -> str:
 
 
 def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
-            hidden: bool) -> tuple[str, list]:
-    """(diagnosis, pictures) for a failed test; never raises. Hidden tests get no pictures."""
+            hidden: bool, budget=None) -> tuple[str, list]:
+    """(diagnosis, pictures) for a failed test; never raises. Hidden tests get no pictures.
+    ``budget`` (a resource test's rubric budget) asks for the curve of what was measured."""
     diagnosis, pics = "", []
+    curve = None
+    if not hidden and budget is not None:   # no reference needed: in a release too
+        try:
+            curve = resource_picture(calls, memory=budget.memory_mb is not None)
+        except Exception:  # noqa: BLE001
+            curve = None
     try:
         with _one_thread():
             ctx = _context(lab, test, exc, calls, tol)     # shared: replays are memoised
@@ -83,6 +90,8 @@ def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
                     diagnosis = _diagnose(ctx, TIME_BUDGET_S)
                 except Exception:  # noqa: BLE001 - never let feedback break grading
                     diagnosis = ""
+            if curve is not None:
+                return diagnosis, [curve]
             sources = PICTURE_SOURCES.get(lab)
             if ctx is not None and sources and not hidden:
                 try:
@@ -90,7 +99,7 @@ def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
                 except Exception:  # noqa: BLE001
                     pics = []
     except Exception:  # noqa: BLE001
-        return "", []
+        return "", [curve] if curve is not None else []
     return diagnosis, pics
 
 
@@ -204,6 +213,36 @@ def _pictures(ctx: Context, sources: dict) -> list[dict]:
         return []
     best.pop("error")
     return [best]
+
+
+def resource_picture(calls: list, *, memory: bool) -> dict | None:
+    """A curve of what the student's measured calls used against their length (the second
+    to last axis of the first tensor argument): their peak memory beside what a whole
+    (L, L) float32 matrix takes (``memory``), or their CPU time beside linear growth from
+    the shortest call."""
+    points = []
+    for call in calls:
+        used = getattr(call, "used", None)
+        args = call.req.get("args") if isinstance(getattr(call, "req", None), dict) else None
+        if used is None or not args or not isinstance(args[0], torch.Tensor) \
+                or args[0].dim() < 2:
+            continue
+        points.append((int(args[0].shape[-2]), used.peak_bytes / 2**20, used.cpu_s * 1e3))
+    lengths = sorted({p[0] for p in points})
+    if not lengths:
+        return None
+    # The smallest figure for each length (repeats measure the same call again).
+    mem = [min(p[1] for p in points if p[0] == n) for n in lengths]
+    cpu = [min(p[2] for p in points if p[0] == n) for n in lengths]
+    if not memory:
+        return {"kind": "resource", "title": "CPU time of your calls against the length",
+                "x": lengths, "yours": cpu, "unit": "ms", "x_label": "length L",
+                "reference": [cpu[0] * n / lengths[0] for n in lengths],
+                "reference_label": "linear growth from your shortest call"}
+    return {"kind": "resource", "title": "peak memory of your calls above their inputs",
+            "x": lengths, "yours": mem, "unit": "MB", "x_label": "length L",
+            "reference": [n * n * 4 / 2**20 for n in lengths],
+            "reference_label": "one whole (L, L) float32 matrix"}
 
 
 def _slice_picture(kind, labels, got, exp) -> dict | None:

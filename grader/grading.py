@@ -35,6 +35,7 @@ from grader.errors import (GradingIncomplete, RubricError, SandboxError, Submiss
                            ZipRejected)
 from grader.intake import Sanitized, sanitize
 from grader.intake.zips import unpack_zip
+from grader.outputs.atomic import use_output_mode
 from grader.outputs.text import capped
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
@@ -69,6 +70,7 @@ class Grader:
         problems = check_rubric_against_suites(self.rubric, paths.SUITES)
         if problems:
             raise RubricError(problems)
+        use_output_mode(self.rubric.output_mode)     # who may read what the grader writes
         self.visibility = tuple(visibility)
         self.send_ahead = send_ahead
         self._secret = secret
@@ -85,14 +87,14 @@ class Grader:
             self._zygote.start()
         return self
 
-    def prepare(self) -> "Grader":
+    def prepare(self, labs: list[str] | None = None) -> "Grader":
         """Start the sandbox and the pytest session and, when sending calls ahead, record
-        the plan for every lab now (a batch's grading process does this before its first
-        student, so no student's time pays for it)."""
+        the plan for ``labs`` (default: every lab) now (a batch's grading process does this
+        before its first student, so no student's time pays for it)."""
         self.start()
         self._runner(self.visibility)
         if self.send_ahead:
-            self.call_plan(list(self.rubric.labs), self.visibility)
+            self.call_plan(list(labs or self.rubric.labs), self.visibility)
         return self
 
     @property

@@ -12,12 +12,13 @@ import ast
 import difflib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from grader.errors import RubricError, SuiteError  # noqa: F401 - raised here, caught by callers
+from grader import paths
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -44,11 +45,14 @@ LAB_NAME_RE = re.compile(r"lab\d+_[a-z0-9_]+")
 TEST_NAME_RE = re.compile(r"test_\w+")
 DOTTED_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
-TOP_KEYS = ("version", "defaults", "lab_imports", "labs")
+TOP_KEYS = ("version", "defaults", "lab_imports", "output_mode", "labs")
 # What a lab's ``from lab1_attention import ...`` gives it while it is graded: the course's
 # reference answering its calls (the default: a lab's points depend on its own code only),
 # or the student's own file of that lab (cumulative grading).
 LAB_IMPORTS = ("reference", "student")
+# Who may read the files the grader writes: "group" (0644 less the umask, default) or
+# "private" (0600: only the grader's user).
+OUTPUT_MODES = ("group", "private")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
 LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "tests")
 TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s", "budget")
@@ -111,6 +115,7 @@ class Rubric:
     path: Path
     labs: dict[str, LabRubric]  # insertion (file) order
     lab_imports: str = "reference"   # one of LAB_IMPORTS
+    output_mode: str = "group"       # one of OUTPUT_MODES
 
     @property
     def max_points(self) -> float:
@@ -120,6 +125,17 @@ class Rubric:
     def all_forbidden(self) -> tuple[str, ...]:
         """Every lab's forbidden APIs, sorted: what a sandbox zygote guards against."""
         return tuple(sorted({name for lab in self.labs.values() for name in lab.forbidden}))
+
+    def only(self, labs: list[str] | None) -> "Rubric":
+        """This rubric with only ``labs`` (kept in the rubric's order; None or all: itself),
+        e.g. what a one-lab batch scores out of. KeyError naming the labs for an unknown one."""
+        if not labs or set(labs) == set(self.labs):
+            return self
+        unknown = [lab for lab in labs if lab not in self.labs]
+        if unknown:
+            raise KeyError(f"unknown lab(s) {', '.join(unknown)}; the labs are "
+                           f"{', '.join(self.labs)}")
+        return replace(self, labs={name: lab for name, lab in self.labs.items() if name in labs})
 
     def lab_for_file(self, filename: str | Path) -> LabRubric | None:
         """The lab whose ``file`` is the base name of *filename* (``lab1_attention.py``,
@@ -389,6 +405,16 @@ class _Validator:
                 self.error(node, "lab_imports", f"expected one of {', '.join(LAB_IMPORTS)}, "
                                                 f"got {self.got(node, value)}")
 
+        output_mode = "group"
+        if "output_mode" in top:
+            _, node = top["output_mode"]
+            ok, value = self.scalar(node, "output_mode")
+            if ok and value in OUTPUT_MODES:
+                output_mode = value
+            elif ok:
+                self.error(node, "output_mode", f"expected one of {', '.join(OUTPUT_MODES)}, "
+                                                f"got {self.got(node, value)}")
+
         labs: dict[str, LabRubric] = {}
         if self.require(top, "labs", root_line, "", "a mapping of labs (lab1_attention: ...)"):
             key_node, node = top["labs"]
@@ -401,7 +427,8 @@ class _Validator:
                     labs[name] = lab
         if self.errors:
             return None
-        return Rubric(path=self.path, labs=labs, lab_imports=lab_imports)
+        return Rubric(path=self.path, labs=labs, lab_imports=lab_imports,
+                      output_mode=output_mode)
 
     def lab(
         self,
@@ -563,6 +590,9 @@ def load_rubric(path: str | Path) -> Rubric:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if path.name == "rubric.yaml":
+            raise RubricError(f"no rubric.yaml in {path.parent.resolve()} (pass --course DIR "
+                              f"or set {paths.ENV})") from None
         raise RubricError(f"{path}: rubric file not found") from None
     except IsADirectoryError:
         raise RubricError(f"{path}: expected a rubric file, got a directory") from None

@@ -86,7 +86,11 @@ def measure(zygote):
 
     def run(name, *args, **kwargs) -> Measurement:
         session.start_test(60.0, lab=LAB)
-        return lab.measure(name, *args, **kwargs)
+        m = lab.measure(name, *args, **kwargs)
+        run.recorded.extend(session.calls)      # every measured call, as recorded
+        return m
+
+    run.recorded = []
 
     try:
         yield run
@@ -193,3 +197,37 @@ def test_rubric_budget_is_read_and_checked(tmp_path):
         with pytest.raises(RubricError) as info:
             load_rubric(_rubric_with(tmp_path, entry))
         assert problem in "\n".join(info.value.errors), (entry, info.value.errors)
+
+
+def test_a_failed_resource_test_draws_its_curve(measure, tmp_path):
+    """The feedback of a failed public resource test plots the student's peak memory
+    against the length, beside a whole (L, L) matrix's size; hidden tests get none."""
+    from grader import results
+    from grader.diagnose import examine
+    from grader.outputs.html import write_feedback_html
+    from grader.rubric import Tolerance
+    start = len(measure.recorded)
+    for length in (1024, 2048):
+        measure("whole", *_qkv(length))
+    session_calls = measure.recorded[start:]
+    budget = Budget(memory_mb=2, why="t")
+    _, pics = examine(lab=LAB, test="t", exc=Mismatch("x"), calls=session_calls,
+                      tol=Tolerance(1e-5, 1e-4), hidden=False, budget=budget)
+    assert len(pics) == 1 and pics[0]["kind"] == "resource", pics
+    picture = pics[0]
+    assert picture["x"] == [1024, 2048]
+    assert picture["reference"] == [4.0, 16.0]                    # MiB of (L, L) float32
+    assert all(y >= r for y, r in zip(picture["yours"], picture["reference"], strict=True))
+    assert examine(lab=LAB, test="t", exc=Mismatch("x"), calls=session_calls,
+                   tol=Tolerance(1e-5, 1e-4), hidden=True, budget=budget)[1] == []
+    _, work = examine(lab=LAB, test="t", exc=Mismatch("x"), calls=session_calls,
+                      tol=Tolerance(1e-5, 1e-4), hidden=False,
+                      budget=Budget(work_ratio=3, why="t"))
+    assert work[0]["unit"] == "ms" and work[0]["reference"][1] == 2 * work[0]["yours"][0]
+    test = results.TestResult(lab=LAB, name="t", description="", visibility="public",
+                              max_score=4, passed=False, message="over budget",
+                              artifacts=pics)
+    page = write_feedback_html(results.SubmissionResult(
+        submission="s", labs=[results.LabResult(name=LAB, title="R", file=f"{LAB}.py",
+                                                tests=[test])]), tmp_path / "f.html")
+    assert 'alt="plot: peak memory of your calls above their inputs"' in page.read_text()

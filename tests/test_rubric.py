@@ -217,11 +217,11 @@ T = f"{A}.tests.test_a"
 CASES = {
     "unknown top-level key": (
         lab_rubric() + "lab: {}\n",
-        ["{p}:8: lab: unknown key 'lab' (did you mean 'labs'?); allowed keys: version, defaults, lab_imports, labs"],
+        ["{p}:8: lab: unknown key 'lab' (did you mean 'labs'?); allowed keys: version, defaults, lab_imports, output_mode, labs"],
     ),
     "unknown key without a close match": (
         lab_rubric() + "zzz: 1\n",
-        ["{p}:8: zzz: unknown key 'zzz'; allowed keys: version, defaults, lab_imports, labs"],
+        ["{p}:8: zzz: unknown key 'zzz'; allowed keys: version, defaults, lab_imports, output_mode, labs"],
     ),
     "version missing": (
         lab_rubric().replace("version: 1\n", ""),
@@ -511,7 +511,7 @@ def test_all_problems_are_reported_in_line_order(tmp_path):
         "got the string 'secret'",
         f"{path}:13: labs.lab2_multihead.tests.test_c.tolerance.why: missing; a test's tolerance "
         "override must say why (the reason this test differs from its lab default)",
-        f"{path}:14: extras: unknown key 'extras'; allowed keys: version, defaults, lab_imports, labs",
+        f"{path}:14: extras: unknown key 'extras'; allowed keys: version, defaults, lab_imports, output_mode, labs",
     ]
 
 

@@ -151,14 +151,17 @@ def _stripped_lines(text: str) -> set[str]:
     return {line.strip() for line in text.splitlines()}
 
 
-def course_secrets(*, rubric_path: Path = paths.RUBRIC, solutions_dir: Path = paths.SOLUTIONS,
-                   suites_dir: Path = paths.SUITES) -> Secrets:
+def course_secrets(*, rubric_path: Path | None = None, solutions_dir: Path | None = None,
+                   suites_dir: Path | None = None) -> Secrets:
     """Hidden test names, solution-region lines and hidden-suite lines of the course.
 
     A line that students get anyway (the stubs' given code, the public suites and their
     shared helpers) is not a secret, nor is a hidden test name that is also a public one.
     """
 
+    rubric_path = Path(rubric_path or paths.RUBRIC)
+    solutions_dir = Path(solutions_dir or paths.SOLUTIONS)
+    suites_dir = Path(suites_dir or paths.SUITES)
     rubric = load_rubric(rubric_path)
     public_names = {n for lab in rubric.labs.values() for n, t in lab.tests.items()
                     if t.visibility == "public"}
@@ -323,10 +326,12 @@ def _fresh_output_dir(out: Path) -> None:
         raise BundleError(f"{out}: already exists and is not an empty folder; choose a new one")
 
 
-def build_release(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
-                  course: Path = paths.COURSE, package: Path = paths.PACKAGE,
+def build_release(out: str | Path, *, rubric_path: Path | None = None,
+                  course: Path | None = None, package: Path = paths.PACKAGE,
                   classroom_workflow: bool = False, title: str = "Attention labs") -> Path:
     """Write the student bundle to the new folder ``out`` (built aside, then renamed)."""
+    course = Path(course or paths.COURSE)
+    rubric_path = Path(rubric_path or paths.RUBRIC)
     out = Path(out).resolve()
     _fresh_output_dir(out)
     rubric = load_rubric(rubric_path)
@@ -444,12 +449,14 @@ class ZipPlan:
                 zf.writestr(info, data)
 
 
-def build_gradescope(out: str | Path, *, rubric_path: Path = paths.RUBRIC,
-                     course: Path = paths.COURSE, package: Path = paths.PACKAGE,
+def build_gradescope(out: str | Path, *, rubric_path: Path | None = None,
+                     course: Path | None = None, package: Path = paths.PACKAGE,
                      labs: list[str] | None = None, timeout_s: float = 600.0,
                      worker_memory_mb: int = 256, torch_index_url: str | None = None,
                      wheels: Path | None = None) -> Path:
     """Write the Gradescope autograder zip (also the Classroom grader bundle) to ``out``."""
+    course = Path(course or paths.COURSE)
+    rubric_path = Path(rubric_path or paths.RUBRIC)
     out = Path(out).resolve()
     if out.suffix != ".zip":
         raise BundleError(f"{out}: the autograder must be a .zip file")

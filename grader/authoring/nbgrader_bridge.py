@@ -35,6 +35,8 @@ from grader.errors import ExportError
 __all__ = ["ExportError", "ExportReport", "export_results", "load_result_files", "result_from_json"]
 
 COURSE_ID = "attention-labs"
+# What a batch writes beside the results: read past without a word.
+_BATCH_FILES = ("fingerprint.json", "summary.json")
 _GRADESCOPE_VISIBILITY = {"visible": "public", "after_published": "hidden", "after_due_date": "hidden",
                           "hidden": "hidden"}
 
@@ -53,7 +55,14 @@ class ExportReport:
 
 def result_from_json(data: dict, *, default_name: str) -> SubmissionResult | None:
     """A SubmissionResult from ``to_dict()`` or Gradescope ``results.json`` data; None when
-    *data* is neither."""
+    *data* is neither (any other JSON: a package.json, a batch's summary.json...)."""
+    try:
+        return _result_from_json(data, default_name=default_name)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _result_from_json(data: dict, *, default_name: str) -> SubmissionResult | None:
     if not isinstance(data, dict):
         return None
     if isinstance(data.get("labs"), list):
@@ -91,14 +100,17 @@ def result_from_json(data: dict, *, default_name: str) -> SubmissionResult | Non
     return None
 
 
-def load_result_files(paths: list[Path], *, student: str | None = None) -> list[tuple[str, SubmissionResult]]:
+def load_result_files(paths: list[Path], *, student: str | None = None,
+                      skipped: list[str] | None = None) -> list[tuple[str, SubmissionResult]]:
     """(student id, result) for every result file in *paths* (files, or folders searched
-    recursively for ``*.json``). Files that hold no result are skipped; a student met twice
-    is an ExportError."""
+    recursively for ``*.json``, hidden ones left out). Files that hold no result (a README,
+    a .DS_Store, a summary.json) are skipped, and named in ``skipped`` when given; a
+    student met twice is an ExportError."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*.json") if f.is_file())
+            files += sorted(f for f in p.rglob("*.json") if f.is_file()
+                            and not any(part.startswith(".") for part in f.relative_to(p).parts))
         elif p.is_file():
             files.append(p)
         else:
@@ -108,11 +120,13 @@ def load_result_files(paths: list[Path], *, student: str | None = None) -> list[
     for f in files:
         try:
             data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            continue
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            data = None
         default = f.parent.name if f.name == "results.json" else f.stem
         result = result_from_json(data, default_name=default)
         if result is None:
+            if skipped is not None and f.name not in _BATCH_FILES:
+                skipped.append(str(f))
             continue
         sid = student or (f.parent.name if f.name == "results.json" else result.submission)
         if sid in seen:
@@ -131,9 +145,14 @@ def load_result_files(paths: list[Path], *, student: str | None = None) -> list[
 # --------------------------------------------------------------------------------------
 
 
+def _points(x: float) -> str:
+    """Points as a summary prints them: at most 2 decimals (4.33, 12)."""
+    return f"{round(float(x), 2):.2f}".rstrip("0").rstrip(".")
+
+
 def _summary(lab: LabResult) -> str:
     failed = [t for t in lab.tests if not t.passed]
-    head = f"attention-labs grader: {lab.score:g} of {lab.max_score:g} points"
+    head = f"attention-labs grader: {_points(lab.score)} of {_points(lab.max_score)} points"
     if lab.status != "graded" and lab.message:
         head += f"\n{lab.file or lab.name}: {lab.message}"
     lines = [head]
@@ -257,8 +276,8 @@ def export_results(db_url: str, results: list[tuple[str, SubmissionResult]], *,
                         pass
                 gb.db.commit()
                 report.exported += 1
-                report.lines.append(f"{student}: {lab.name}: {lab.score:g}/{lab.max_score:g} "
-                                    f"({score} scores)")
+                report.lines.append(f"{student}: {lab.name}: {_points(lab.score)}/"
+                                    f"{_points(lab.max_score)} ({score} scores)")
     report.lines.append(f"exported {report.exported} lab result(s) of {len(results)} "
                         f"submission(s) to {db_url}")
     return report

@@ -28,8 +28,13 @@ class ValidateReport:
         self.ok = self.ok and not problems
 
 
-def validate(*, rubric_path: Path = paths.RUBRIC, solutions_dir: Path = paths.SOLUTIONS,
-             exercises_dir: Path = paths.EXERCISES, suites_dir: Path = paths.SUITES) -> ValidateReport:
+def validate(*, rubric_path: Path | None = None, solutions_dir: Path | None = None,
+             exercises_dir: Path | None = None, suites_dir: Path | None = None) -> ValidateReport:
+    """Check the course (default: ``paths``' course, read now, not at import)."""
+    rubric_path = Path(rubric_path or paths.RUBRIC)
+    solutions_dir = Path(solutions_dir or paths.SOLUTIONS)
+    exercises_dir = Path(exercises_dir or paths.EXERCISES)
+    suites_dir = Path(suites_dir or paths.SUITES)
     report = ValidateReport()
     try:
         rubric = load_rubric(rubric_path)

@@ -21,12 +21,19 @@ How it runs:
 - At the end the gradebook (grades.csv, summary.json, plots) is rebuilt from every
   student's results.json (``grader.outputs.gradebook``), so a batch killed at any moment and run
   again ends with the same gradebook as an uninterrupted run.
+- ``labs``: grade only these labs (one lab a week); results, grades.csv and the summary
+  are then out of those labs' points, and the fingerprint holds the selection, so a rerun
+  with other labs grades everyone again.
+- Ctrl-C stops every grading process and raises ``BatchInterrupted`` (a
+  KeyboardInterrupt) saying how many students are graded; a rerun resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -39,11 +46,16 @@ from grader.batch.progress import Progress
 from grader.batch.students import Entry, list_students
 from grader.errors import RubricError, UsageError, ZipRejected
 from grader.intake.zips import check_zip
+from grader.outputs.atomic import use_output_mode
 from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.secret import course_secret
 
-__all__ = ["BatchSummary", "grade_batch"]
+__all__ = ["BatchInterrupted", "BatchSummary", "grade_batch"]
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch; ``str()`` says how far it got (``grader batch`` prints it)."""
 
 
 @dataclass
@@ -80,8 +92,9 @@ def _as_rubric(rubric) -> Rubric:
 
 def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
                 rubric: Rubric | str | Path | None = None,
-                progress: bool = True) -> BatchSummary:
-    """Grade every student in ``root`` into ``out`` (see the module docstring)."""
+                progress: bool = True, labs: list[str] | None = None) -> BatchSummary:
+    """Grade every student in ``root`` into ``out`` (see the module docstring); ``labs``:
+    only these labs (default: all), scored out of their points alone."""
     started = time.monotonic()
     root, out = Path(root).resolve(), Path(out).resolve()
     if not root.is_dir():
@@ -93,9 +106,15 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     problems = check_rubric_against_suites(rubric, paths.SUITES)
     if problems:                    # before anyone is graded (each process would refuse)
         raise RubricError(problems)
+    try:
+        scored = rubric.only(labs)          # what every total is out of
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    labs = list(scored.labs)
+    use_output_mode(rubric.output_mode)
     out.mkdir(parents=True, exist_ok=True)
     entries = list_students(root, out=out)
-    course = course_digests(rubric, course_secret())
+    course = {**course_digests(rubric, course_secret()), "labs": labs}
 
     tasks: deque = deque()
     instant: list[tuple[Entry, dict]] = []
@@ -131,26 +150,33 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         rss = max(rss, reply.get("rss_mb", 0.0))
         report.advance(reply)
 
+    pool = None
     try:
         for entry, fingerprint in instant:
             write_student(out, entry.student,
-                          failed_result(entry.student, rubric, entry.problem), fingerprint)
+                          failed_result(entry.student, scored, entry.problem), fingerprint)
             done({"student": entry.student, "status": entry.problem})
         if tasks:
-            pool = Pool(jobs=jobs, rubric=rubric, out=out, budget_s=student_budget_s(rubric),
-                         on_done=done)
-            try:
-                pool.run(tasks)
-            finally:
-                pool.close()
+            pool = Pool(jobs=jobs, rubric=rubric, out=out, budget_s=student_budget_s(scored),
+                        on_done=done, labs=None if scored is rubric else labs)
+            pool.run(tasks)
+    except KeyboardInterrupt:
+        with _no_ctrl_c():                # a second Ctrl-C must not cut the cleanup short
+            if pool is not None:
+                pool.close(wait=False)    # every grading process, by its pid
+            report.close()
+        raise BatchInterrupted(f"{up_to_date + report.done} of {len(entries)} students graded; "
+                               f"run the same command again to resume") from None
     finally:
+        if pool is not None:
+            pool.close()
         report.close()
 
     for stale in out.glob(".*.*"):                # temp files of a gradebook write that was killed
         if any(stale.name.startswith(f".{name}.") for name in GRADEBOOK_FILES):
             with contextlib.suppress(OSError):
                 stale.unlink()
-    book = build_gradebook(out=out, students=[e.student for e in entries], rubric=rubric)
+    book = build_gradebook(out=out, students=[e.student for e in entries], rubric=scored)
     score = book.summary["score"]
     return BatchSummary(
         root=str(root), out=str(out), students=book.rows, graded=report.done,
@@ -159,3 +185,16 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         cpu_seconds=round(cpu, 3), max_rss_mb=round(rss, 1),
         max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],
         min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})
+
+
+@contextlib.contextmanager
+def _no_ctrl_c():
+    """Ctrl-C ignored while an interrupted batch stops its processes (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

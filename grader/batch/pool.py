@@ -7,6 +7,11 @@ uids, and one pytest session). A student's ``results.json``, ``feedback.html`` a
 ``fingerprint.json`` are written atomically by the process that graded them, before it
 reports back a one-line status. A process that dies or overruns the student's time budget
 is killed and replaced; that student's status says so, and nobody else is affected.
+
+Ctrl-C is the batch process's to handle: a terminal sends SIGINT to the whole process
+group, and grading processes ignore it (as the forkserver does), so the batch process stops
+them by pid (``Pool.close(wait=False)``) and says once how far it got; no process prints a
+traceback of its own.
 """
 
 from __future__ import annotations
@@ -87,11 +92,14 @@ def resident_mb() -> float:
     return 0.0
 
 
-def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader) -> dict:
+def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader,
+               labs: list[str] | None = None) -> dict:
     """Grade one student in this (trusted) process and write their files; never raises.
 
-    A failure of the grader's own (``restart`` in the reply) is recorded as
-    ``INTERNAL_ERROR``, with no fingerprint, so the next run grades the student again.
+    ``labs``: the labs to grade (default: all); ``rubric`` is what the result is scored out
+    of (those labs only). A failure of the grader's own (``restart`` in the reply) is
+    recorded as ``INTERNAL_ERROR``, with no fingerprint, so the next run grades the student
+    again.
     """
     student, started = task["student"], time.monotonic()
     cpu = cpu_seconds(grader.sandbox_pid)
@@ -104,7 +112,7 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader) -> dict
                 private = tempfile.TemporaryDirectory(prefix="grader-zip-")   # mode 0700
                 folder = Path(stack.enter_context(private))
                 unpack_zip(Path(task["path"]), folder)
-            result = grader.grade(folder, name=student)
+            result = grader.grade(folder, name=student, labs=labs)
     except ZipRejected as exc:
         result = failed_result(student, rubric, f"rejected zip: {exc}")
     except SubmissionError as exc:
@@ -132,20 +140,30 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _start_grader(rubric: Rubric, slot: int) -> Grader:
-    """A started Grader (slot ``slot``: its own sandbox uid) with its call plan recorded now,
-    not in the first student's time."""
+def _start_grader(rubric: Rubric, slot: int, labs: list[str] | None = None) -> Grader:
+    """A started Grader (slot ``slot``: its own sandbox uid) with its call plan for ``labs``
+    recorded now, not in the first student's time."""
     grader = Grader(rubric, send_ahead=True, slot=slot)
     try:
-        return grader.prepare()
+        return grader.prepare(labs)
     except BaseException:
         grader.close()
         raise
 
 
-def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
-    """A grading process: one Grader, then one student per message until told to stop."""
+def _grading_process(slot: int, conn, rubric: Rubric, out: Path,
+                     labs: list[str] | None = None) -> None:
+    """A grading process: one Grader, then one student per message until told to stop.
+
+    ``rubric``: the course's (every lab: a lab may import another); ``labs``: the labs it
+    grades, and scores out of (default: all).
+    """
+    # Ctrl-C reaches the whole process group: the batch process handles it and stops this
+    # one by pid. Ignored from here on (and by the zygote this process starts, which
+    # inherits it), so no grading process prints a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    scored = rubric.only(labs)
     import torch
     # One thread: N processes already fill N cores, and small ops run faster single-threaded.
     torch.set_num_threads(1)
@@ -153,7 +171,7 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
     try:
         # One sandbox and one pytest session for every student of this process: the suites
         # are configured, imported and collected once, not once per student.
-        grader = _start_grader(rubric, slot)
+        grader = _start_grader(rubric, slot, labs)
     except Exception as exc:  # noqa: BLE001 - reported to the batch, which stops
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -174,11 +192,11 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path) -> None:
             # fails again the student stays marked "grading failed" (no fingerprint: the
             # next run grades them again); never a score.
             for _attempt in range(2):
-                reply = grade_task(task, rubric=rubric, out=out, grader=grader)
+                reply = grade_task(task, rubric=scored, out=out, grader=grader, labs=labs)
                 if not reply.pop("restart"):
                     break
                 grader.close(wait=False)
-                grader = _start_grader(rubric, slot)
+                grader = _start_grader(rubric, slot, labs)
             conn.send(("done", reply))
     finally:
         grader.close()
@@ -197,22 +215,31 @@ class _Slot:
 class Pool:
     """N grading processes, each given one student at a time; dead ones are replaced."""
 
-    def __init__(self, *, jobs: int, rubric: Rubric, out: Path, budget_s: float, on_done):
+    def __init__(self, *, jobs: int, rubric: Rubric, out: Path, budget_s: float, on_done,
+                 labs: list[str] | None = None):
         # forkserver, not fork: the batch process may have run torch ops (a forked OpenMP
         # pool deadlocks). The server imports torch and the engine once (no ops) and forks
         # every grading process from there, so a restart costs no second torch import.
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["torch", "grader.grading"])
+        # quiet_interrupt first: the server ignores Ctrl-C from before it imports torch.
+        self.context.set_forkserver_preload(["grader.batch.quiet_interrupt", "torch",
+                                             "grader.grading"])
         self.rubric, self.out, self.budget_s, self.on_done = rubric, out, budget_s, on_done
+        self.labs = list(labs) if labs else None
+        self.scored = rubric.only(self.labs)       # what a failed student scores out of
         self.slots: dict[int, _Slot] = {}
-        for index in range(jobs):       # started from the main thread (PDEATHSIG is per thread)
-            self._start(index)
+        try:
+            for index in range(jobs):   # started from the main thread (PDEATHSIG is per thread)
+                self._start(index)
+        except BaseException:           # Ctrl-C while starting: none is left behind
+            self.close(wait=False)
+            raise
 
     def _start(self, index: int) -> None:
         ours, theirs = self.context.Pipe()
         process = self.context.Process(
             target=_grading_process, name=f"grader-batch-{index}",
-            args=(index, theirs, self.rubric, self.out), daemon=True)
+            args=(index, theirs, self.rubric, self.out, self.labs), daemon=True)
         process.start()
         theirs.close()
         self.slots[index] = _Slot(index, process, ours, since=time.monotonic())
@@ -263,7 +290,7 @@ class Pool:
             raise BatchError(f"a grading process stopped while starting: {why}")
         if slot.task is not None:
             student, reason = slot.task["student"], f"{INTERNAL_ERROR}: {why}"
-            write_student(self.out, student, failed_result(student, self.rubric, reason), None)
+            write_student(self.out, student, failed_result(student, self.scored, reason), None)
             self.on_done({"student": student, "status": reason, "total": 0.0,
                           "seconds": time.monotonic() - slot.since})
         if tasks:
@@ -286,8 +313,14 @@ class Pool:
         with contextlib.suppress(OSError):
             slot.conn.close()
 
-    def close(self) -> None:
-        """Ask every process to finish, then stop any that has not."""
+    def close(self, *, wait: bool = True) -> None:
+        """Ask every process to finish, then stop any that has not; ``wait=False`` (Ctrl-C):
+        stop them all now, each by its pid (its zygote and workers die with it)."""
+        if not wait:
+            for slot in self.slots.values():
+                self._stop(slot)
+            self.slots.clear()
+            return
         for slot in self.slots.values():
             with contextlib.suppress(OSError, ValueError):
                 slot.conn.send(None)

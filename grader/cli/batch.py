@@ -1,14 +1,11 @@
-"""``grader batch ROOT --out DIR``: grade a whole class (see grader.batch)."""
+"""``grader batch ROOT --out DIR [--lab LAB]``: grade a whole class (see grader.batch)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from pathlib import Path
 
-from grader.batch import grade_batch
-from grader.batch.progress import duration
 from grader.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -22,16 +19,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def points(x: float) -> str:
+    """A summary figure as printed: at most 2 decimals, no trailing zeros (63.33, 12)."""
+    return f"{round(float(x), 2):.2f}".rstrip("0").rstrip(".")
+
+
 def cmd_batch(args) -> int:
+    from pathlib import Path
+
+    from grader.batch import grade_batch
+    from grader.batch.progress import duration
+    from grader.cli.common import labs_arg
+
+    labs = labs_arg(args.labs) or None
     summary = grade_batch(args.root, out=args.out, jobs=args.jobs,
-                          rubric=args.batch_rubric or args.rubric, progress=not args.quiet)
+                          rubric=args.batch_rubric or args.rubric, progress=not args.quiet,
+                          labs=labs)
     if not args.quiet:
         print(f"{summary.students} students ({summary.graded} graded now, "
               f"{summary.up_to_date} up to date) in {duration(summary.seconds)}"
               + (f"; {summary.not_ok} could not be graded" if summary.not_ok else ""))
         if summary.mean is not None:
-            print(f"total: mean {summary.mean:g}, median {summary.median:g}, "
-                  f"min {summary.min:g}, max {summary.max:g} (out of {summary.max_total:g})")
+            print(f"total{' (' + ', '.join(labs) + ')' if labs else ''}: "
+                  f"mean {points(summary.mean)}, median {points(summary.median)}, "
+                  f"min {points(summary.min)}, max {points(summary.max)} "
+                  f"(out of {points(summary.max_total)})")
         print(f"Wrote {summary.files['grades_csv']}, {Path(summary.files['summary_json']).name}"
               " and the plots")
     if summary.internal_errors:
@@ -48,6 +60,9 @@ def register(subparsers) -> None:
                                 "or a .zip of one (the name is the student id)")
     p.add_argument("--out", required=True, help="output folder (rerun with the same folder "
                                                 "to resume; unchanged students are skipped)")
+    p.add_argument("--lab", dest="labs", action="append", metavar="LAB",
+                   help="grade only this lab (repeat, or comma-separate; default: all); "
+                        "totals are out of its points")
     p.add_argument("--jobs", type=_positive_int, default=None,
                    help=f"grading processes (default: the number of CPUs, {os.cpu_count()})")
     p.add_argument("--rubric", dest="batch_rubric",

@@ -6,22 +6,13 @@ import json
 import os
 from pathlib import Path
 
-from rich.console import Console
-
-from grader.authoring.bundles import build_gradescope, build_release
-from grader.cli.common import load_rubric_arg, rubric_path_arg
+from grader.cli.common import grade_submission, labs_arg, load_rubric_arg, rubric_path_arg
 from grader.errors import UsageError
-from grader.grading import grade_submission
-from grader.outputs.atomic import atomic_write_text
-from grader.outputs.classroom import classroom_encoded, classroom_payload
-from grader.outputs.terminal import render_table
-
-
-def _labs_arg(values: list[str] | None) -> list[str]:
-    return [lab.strip() for v in values or [] for lab in v.split(",") if lab.strip()]
 
 
 def cmd_release(args) -> int:
+    from grader.authoring.bundles import build_release
+
     out = build_release(args.out, rubric_path=rubric_path_arg(args),
                         classroom_workflow=args.classroom, title=args.title)
     count = sum(1 for f in out.rglob("*") if f.is_file())
@@ -32,7 +23,9 @@ def cmd_release(args) -> int:
 
 
 def cmd_gradescope(args) -> int:
-    labs = _labs_arg(args.labs)
+    from grader.authoring.bundles import build_gradescope
+
+    labs = labs_arg(args.labs)
     out = build_gradescope(args.out, rubric_path=rubric_path_arg(args), labs=labs,
                            timeout_s=args.timeout_min * 60,
                            worker_memory_mb=args.worker_memory_mb,
@@ -48,6 +41,12 @@ def cmd_gradescope(args) -> int:
 
 
 def cmd_classroom(args) -> int:
+    from rich.console import Console
+
+    from grader.outputs.atomic import atomic_write_text
+    from grader.outputs.classroom import classroom_encoded, classroom_payload
+    from grader.outputs.terminal import render_table
+
     github_output = os.environ.get("GITHUB_OUTPUT") if args.github_output else None
     if args.github_output and not github_output:
         raise UsageError("--github-output needs the GITHUB_OUTPUT variable (set by GitHub "

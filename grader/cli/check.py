@@ -1,30 +1,96 @@
-"""``grader check [SUBMISSION] [--lab LAB]``: a student runs the public tests on their work."""
+"""``grader check [SUBMISSION] [--lab LAB]``: a student runs the public tests on their work.
+
+With no SUBMISSION it checks the current folder when that holds lab files (the rubric's
+``labN_*.py`` or ``.ipynb``, or a near-miss name such as ``lab1_attention (1).py``), else
+the course's ``exercises/``, and says which. A single lab file checks that lab only. The
+last lines are one summary per lab: ``lab1: 7/9 public tests pass``.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from grader import paths
-from grader.cli.common import load_rubric_arg
+from grader.cli.common import grade_submission
 from grader.errors import EXIT_FAILED, EXIT_OK
-from grader.grading import grade_submission
-from grader.outputs.terminal import render_table
+
+
+def _lab_names(rubric) -> set[str]:
+    return {name for spec in rubric.labs.values()
+            for name in (spec.file, Path(spec.file).stem + ".ipynb")}
+
+
+def holds_lab_files(folder: Path, rubric) -> bool:
+    """Whether ``folder`` (not its subfolders) has a lab file of the rubric, or a near miss."""
+    from grader.intake.names import is_close
+
+    names = _lab_names(rubric)
+    try:
+        files = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError:
+        return False
+    return any(f in names or any(is_close(f, spec.file) for spec in rubric.labs.values())
+               for f in files)
+
+
+def lab_of_file(path: Path, rubric) -> str | None:
+    """The lab whose file (or notebook) ``path`` is, else None."""
+    for lab, spec in rubric.labs.items():
+        if path.name in (spec.file, Path(spec.file).stem + ".ipynb"):
+            return lab
+    return None
+
+
+def short_name(lab: str) -> str:
+    """``lab1_attention`` -> ``lab1`` (the lab's number is how students name it)."""
+    m = re.match(r"lab\d+", lab)
+    return m.group(0) if m else lab
+
+
+def lab_summary(lab) -> str:
+    """One line for a lab of a check: ``lab1: 7/9 public tests pass`` (and why, if not run)."""
+    passed = sum(t.passed for t in lab.tests)
+    line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
+    if lab.status != "graded" and lab.message:
+        from grader.intake.names import FILES_FOUND
+
+        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
+        line += f" ({why})"
+    return line
 
 
 def cmd_check(args) -> int:
-    submission = Path(args.submission or paths.EXERCISES)
-    result = grade_submission(submission, rubric=load_rubric_arg(args),
-                              labs=[args.lab] if args.lab else None, visibility=("public",))
+    from grader import paths
+    from grader.cli.common import labs_arg, load_rubric_arg
+    from grader.outputs.terminal import render_table
+
+    rubric = load_rubric_arg(args)
+    labs = labs_arg(args.lab) or None
+    if args.submission:
+        submission = Path(args.submission)
+        if labs is None and submission.is_file() and (lab := lab_of_file(submission, rubric)):
+            labs = [lab]
+    else:
+        here = Path.cwd()
+        submission = here if holds_lab_files(here, rubric) else paths.EXERCISES
+    print(f"Checking {submission.resolve() if submission.exists() else submission}"
+          + (f" ({', '.join(labs)})" if labs else ""), flush=True)
+    result = grade_submission(submission, rubric=rubric, labs=labs, visibility=("public",))
     render_table(result)
     failed = [t for lab in result.labs for t in lab.tests if not t.passed]
     if failed:
         print(f"{len(failed)} public test(s) failing. The hidden tests check more cases; "
               "passing these is a start, not a guarantee.")
+    for lab in result.labs:
+        print(lab_summary(lab))
     return EXIT_FAILED if failed else EXIT_OK
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("check", help="students: run the public tests on your work")
-    p.add_argument("submission", nargs="?", help="folder with your lab files (default: exercises/)")
-    p.add_argument("--lab", help="only this lab, e.g. lab1_attention")
+    p.add_argument("submission", nargs="?",
+                   help="a folder with your lab files, or one lab file (default: this folder "
+                        "if it holds lab files, else the course's exercises/)")
+    p.add_argument("--lab", action="append", metavar="LAB",
+                   help="only this lab, e.g. lab1_attention (repeat, or comma-separate)")
     p.set_defaults(func=cmd_check)

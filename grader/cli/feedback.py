@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.cli.common import load_rubric_arg
-from grader.grading import grade_submission
-from grader.outputs.html import points_text, write_feedback_html
+from grader.cli.common import grade_submission
 
 
 def cmd_feedback(args) -> int:
+    from grader.cli.common import load_rubric_arg
+    from grader.outputs.html import points_text, write_feedback_html
+
     visibility = ("public",) if args.public else ("public", "hidden")
     result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
                               labs=[args.lab] if args.lab else None, visibility=visibility)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.cli.common import load_rubric_arg
+from grader.cli.common import grade_submission
 from grader.errors import EXIT_OK
-from grader.grading import grade_submission
-from grader.outputs.atomic import atomic_write_text
-from grader.outputs.gradescope import write_gradescope
-from grader.outputs.html import write_feedback_html
-from grader.outputs.junit import junit_xml
-from grader.outputs.terminal import render_table
 
 
 def cmd_grade(args) -> int:
+    from grader.cli.common import load_rubric_arg
+    from grader.outputs.atomic import atomic_write_text
+    from grader.outputs.gradescope import write_gradescope
+    from grader.outputs.html import write_feedback_html
+    from grader.outputs.junit import junit_xml
+    from grader.outputs.terminal import render_table
+
     result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
                               labs=[args.lab] if args.lab else None)
     out = Path(args.out)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader import paths
-from grader.authoring.course_notebooks import course_drift, write_course
-from grader.authoring.nbgrader_bridge import export_results, load_result_files
 from grader.cli.common import load_rubric_arg
 
 
 def cmd_notebooks(args) -> int:
+    from grader import paths
+    from grader.authoring.course_notebooks import course_drift, write_course
+
     out = Path(args.out) if args.out else paths.COURSE / "notebooks"
     kwargs = {"labs": [args.lab] if args.lab else None,
               "include_dependencies": args.include_dependencies}
@@ -28,7 +28,14 @@ def cmd_notebooks(args) -> int:
 
 
 def cmd_nbgrader_export(args) -> int:
-    results = load_result_files([Path(p) for p in args.results], student=args.student)
+    from grader.authoring.nbgrader_bridge import export_results, load_result_files
+
+    skipped: list[str] = []
+    results = load_result_files([Path(p) for p in args.results], student=args.student,
+                                skipped=skipped)
+    if skipped:
+        print(f"skipped {len(skipped)} file(s) that hold no grader result: "
+              + ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""))
     report = export_results(args.db, results, score=args.score,
                             include_missing=args.include_missing)
     for line in report.lines:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from grader import paths
-from grader.authoring.stubs import stub_drift, write_stubs
 from grader.errors import EXIT_FAILED, EXIT_OK
 
 
 def cmd_stubs(args) -> int:
+    from grader import paths
+    from grader.authoring.stubs import stub_drift, write_stubs
+
     if args.check:
         problems = stub_drift(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES)
         for p in problems:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from grader.authoring.validate import validate
-from grader.cli.common import rubric_path_arg
 from grader.errors import EXIT_FAILED, EXIT_OK
 
 
 def cmd_validate(args) -> int:
+    from grader.authoring.validate import validate
+    from grader.cli.common import rubric_path_arg
+
     report = validate(rubric_path=rubric_path_arg(args))
     for line in report.lines:
         print(line)

@@ -181,6 +181,6 @@ class GradingPlugin:
             from grader.diagnose import examine
             return examine(lab=lab_of(item), test=item.originalname, exc=exc,
                            calls=list(self.session.calls), tol=self._rubric_test(item).tolerance,
-                           hidden=hidden)
+                           hidden=hidden, budget=self._rubric_test(item).budget)
         except Exception:  # noqa: BLE001 - feedback must never break grading
             return "", []

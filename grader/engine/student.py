@@ -124,6 +124,7 @@ class RecordedCall:
     req: dict
     value: object = None
     error: StudentError | None = None
+    used: Measured | None = None        # what the call used (student.measure only)
 
 
 @dataclass
@@ -309,7 +310,7 @@ class Session:
         finally:
             if worker is not None:
                 worker.kill()
-        self._record(RecordedCall(lab, req, value=value))
+        self._record(RecordedCall(lab, req, value=value, used=used))
         return value, used
 
     def _exchange(self, worker: Worker, lab: str, req: dict):

@@ -3,7 +3,9 @@
 ``sanitize`` copies only the rubric's lab files out of a submission (regular files, no
 links, size-capped, UTF-8; a ``labN_x.ipynb`` where the ``.py`` is missing gives the code
 extracted from the notebook) and says, per lab, why it cannot be graded: a typed
-``Problem``, never message text to search. ``grader.intake.zips`` unpacks zips safely.
+``Problem``, never message text to search; a missing lab's message names a near-miss file
+(``lab1_attention (1).py``: "did you mean lab1_attention.py?", ``grader.intake.names``).
+``grader.intake.zips`` unpacks zips safely.
 Runs in the trusted process and never executes what it reads.
 """
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.errors import NotebookError, SubmissionError
+from grader.intake.names import submission_files, suggestion
 from grader.intake.notebook import lab_source_from_notebook, read_regular_file
 from grader.rubric import Rubric
 
@@ -67,11 +70,23 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
         root, only = submission, None
     else:
         raise SubmissionError(f"{submission}: not a file or folder")
+    # Every lab's own file names: never offered as a misnamed copy of another lab's.
+    taken = {name for spec in rubric.labs.values()
+             for name in (spec.file, Path(spec.file).stem + ".ipynb")}
+    listing: list[str] | None = None
+
+    def did_you_mean(expected: str) -> str:
+        nonlocal listing
+        if listing is None:
+            listing = [only] if only is not None else submission_files(root, SEARCH_DEPTH)
+        return suggestion(expected, listing, taken)
+
     for lab in labs:
         spec = rubric.labs[lab]
         notebook = Path(spec.file).stem + ".ipynb"
         if only is not None and only not in (spec.file, notebook):
-            out.problems[lab] = Problem("missing", f"{spec.file} was not found in the submission")
+            out.problems[lab] = Problem("missing", f"{spec.file} was not found in the submission"
+                                                   + did_you_mean(spec.file))
             continue
         path = _find(root, spec.file) if only != notebook else None
         nb_path = _find(root, notebook) if path is None and only != spec.file else None
@@ -98,6 +113,8 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
                 why += " (the submission folder is empty)"
             elif any(e.is_symlink() for e in entries):
                 why += " (symbolic links in it are not followed)"
+            else:
+                why += did_you_mean(spec.file)
             out.problems[lab] = Problem("missing", why)
             continue
         rel = path.relative_to(root)

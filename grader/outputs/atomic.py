@@ -3,6 +3,11 @@
 A grader killed at any moment leaves the old file or the new one, never half a file
 (docs/DESIGN.md, "One result model"). Temporary files are named ``.<name>.<random>`` so that a
 resumed batch can sweep the leftovers of a killed write.
+
+A written file gets the permissions any program's new file gets (0666 less the umask:
+usually 0644, or 0640), so a teaching assistant's group can read a batch's results, not
+the 0600 of the temporary file; ``use_output_mode("private")`` (a rubric's
+``output_mode: private``) makes every later file 0600.
 """
 
 from __future__ import annotations
@@ -13,11 +18,39 @@ import tempfile
 from pathlib import Path
 
 
+PRIVATE_MODE = 0o600
+_private = False
+
+
+def use_output_mode(mode: str) -> None:
+    """``"private"``: files written from now on are 0600; ``"group"`` (default): 0666 less
+    the umask. Set by the Grader and the batch from the rubric's ``output_mode``."""
+    global _private
+    if mode not in ("group", "private"):
+        raise ValueError(f"output mode must be 'group' or 'private', not {mode!r}")
+    _private = mode == "private"
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for every thread)."""
+    with contextlib.suppress(OSError, ValueError), \
+            open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def default_file_mode() -> int:
+    """What a new output file's permissions are: see the module docstring."""
+    return PRIVATE_MODE if _private else 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w", *, file_mode: int | None = None, **kwargs):
     """A handle on a temporary file next to ``path``, renamed over ``path`` on success.
 
-    ``file_mode``: permission bits of the new file (default: mkstemp's 0600).
+    ``file_mode``: permission bits of the new file (default: ``default_file_mode()``).
     ``kwargs`` go to ``open`` (encoding, newline...).
     """
     path = Path(path)
@@ -28,8 +61,7 @@ def atomic_open(path: str | Path, mode: str = "w", *, file_mode: int | None = No
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        if file_mode is not None:
-            os.chmod(tmp, file_mode)
+        os.chmod(tmp, default_file_mode() if file_mode is None else file_mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

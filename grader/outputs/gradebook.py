@@ -20,6 +20,8 @@ from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric
 
 HISTOGRAM_BINS = 20            # bins below the maximum, at most (full marks get one more)
+POINT_DECIMALS = 2           # points in summary.json (means, medians, edges): 63.33, not 63.3333
+RATE_DECIMALS = 4            # pass rates, fractions of the class: 0.8333 (83.33%)
 # What build_gradebook writes into OUT (a student may not have one of these names).
 GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png")
 NOT_GRADED = "not graded (the batch stopped before this student; run it again)"
@@ -137,7 +139,8 @@ class _Tally:
                 passed = self.passed.get(name, 0)
                 tests[name] = {"lab": lab.name, "test": test.name, "points": test.points,
                                "visibility": test.visibility, "passed": passed,
-                               "pass_rate": round(passed / self.graded, 4) if self.graded else None}
+                               "pass_rate": (round(passed / self.graded, RATE_DECIMALS)
+                                             if self.graded else None)}
         return {
             "students": n,
             "graded_ok": self.graded,
@@ -146,7 +149,8 @@ class _Tally:
             "max_total": max_total,
             "score": score_distribution(self.totals, max_total),
             "labs": {lab: {"max_points": spec.max_points,
-                           "mean": round(self.lab_points[lab] / n, 4) if n else None,
+                           "mean": (round(self.lab_points[lab] / n, POINT_DECIMALS)
+                                    if n else None),
                            "statuses": dict(sorted(self.lab_statuses[lab].items()))}
                      for lab, spec in self.rubric.labs.items()},
             "tests": tests,
@@ -171,7 +175,7 @@ def score_distribution(totals: list[float], max_total: float) -> dict:
     if max_total > 0:
         step = histogram_step(max_total)
         below = int(-(-max_total // step))                  # bins under the maximum
-        edges = [round(min(i * step, max_total), 4) for i in range(below + 1)]
+        edges = [round(min(i * step, max_total), POINT_DECIMALS) for i in range(below + 1)]
     else:
         step, below, edges = 1, 0, [0.0]
     edges.append(edges[-1])                                 # full marks: a bin of its own
@@ -182,9 +186,10 @@ def score_distribution(totals: list[float], max_total: float) -> dict:
     hist = {"bin_edges": edges, "counts": counts}
     if not totals:
         return {"mean": None, "median": None, "min": None, "max": None, "histogram": hist}
-    return {"mean": round(statistics.fmean(totals), 4),
-            "median": round(statistics.median(totals), 4),
-            "min": min(totals), "max": max(totals), "histogram": hist}
+    return {"mean": round(statistics.fmean(totals), POINT_DECIMALS),
+            "median": round(statistics.median(totals), POINT_DECIMALS),
+            "min": round(min(totals), POINT_DECIMALS), "max": round(max(totals), POINT_DECIMALS),
+            "histogram": hist}
 
 
 def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,

@@ -1,0 +1,22 @@
+"""``grader init DIR``: a new course folder (rubric, solutions, exercises, README) from the kit."""
+
+from __future__ import annotations
+
+
+def cmd_init(args) -> int:
+    from grader.authoring.new_course import init_course
+    from grader.cli import version
+
+    dest = init_course(args.dir, source=args.source, version=version())
+    print(f"Created the course {dest}: rubric.yaml, solutions/, exercises/, README.md")
+    print(f"Next: grader --course {dest} validate")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("init", help="instructors: create a new course folder from this "
+                                           "kit (rubric.yaml, solutions/, exercises/)")
+    p.add_argument("dir", help="the new course folder (must not exist, or be empty)")
+    p.add_argument("--from", dest="source", metavar="COURSE",
+                   help="copy this course folder instead of the kit's")
+    p.set_defaults(func=cmd_init)
