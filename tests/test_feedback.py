@@ -72,7 +72,16 @@ EXPECTED = {
     "bug_cache_only_new": "cache_only_new",
     "bug_cache_not_appended": "cache_not_appended",
     "bug_cache_wrong_axis": "cache_wrong_axis",
+    # lab 6: efficient attention
+    "bug_online_softmax_no_rescale": "online_softmax_no_rescale",
+    "bug_chunked_causal_top_left": "causal_top_left",
+    "bug_window_off_by_one": "window_off_by_one",
+    "bug_feature_map_not_positive": "feature_map_not_positive",
+    "bug_prefix_sum_exclusive": "prefix_sum_exclusive",
 }
+# bug_ fixtures whose mistake is no catalogued value mistake: a forbidden API (the lab's
+# status), the full score matrix built (right values; the resource tests take its points)
+NOT_DIAGNOSED = {"bug_forbidden_branch", "bug_materialised_scores"}
 CORRECT = ["solutions"] + fixture_names("ok_")
 
 
@@ -124,7 +133,7 @@ def test_every_catalogued_mistake_has_a_fixture():
     ids = {m.id for lab in LABS for m in catalogue(lab)}
     assert ids == set(EXPECTED.values()), "catalogue and EXPECTED disagree"
     assert set(EXPECTED) <= set(fixture_names("bug_")), "a fixture in EXPECTED is missing"
-    assert set(fixture_names("bug_")) - set(EXPECTED) == {"bug_forbidden_branch"}, \
+    assert set(fixture_names("bug_")) - set(EXPECTED) == NOT_DIAGNOSED, \
         "a bug_ fixture that no test expects a diagnosis of"
     for m in all_mistakes().values():
         assert isinstance(m, Mistake)
@@ -519,6 +528,30 @@ def test_mistake_implementations_without_the_mistake_are_the_reference():
         b.load_state_dict(a.state_dict())
         causal_mask = torch.ones(5, 5, dtype=torch.bool).tril()
         assert torch.allclose(a(x, mask=causal_mask), b(x, mask=causal_mask))
+
+
+def test_lab6_mistake_implementations_without_the_mistake_are_the_reference():
+    """Lab 6's wrong implementations, every switch off, give the reference's values."""
+    from grader.mistakes.lab6_efficient_attention import (
+        chunked, features, linear, quadratic, window_attention, window_mask)
+    from grader.engine.reference import load_reference
+
+    ref = load_reference("lab6_efficient_attention")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    pad = torch.rand(2, 1, 1, 9, generator=g) < 0.6
+    pad[1] = False                                         # every key padded
+    for causal in (False, True):
+        for chunk in (1, 4, 20):
+            assert torch.equal(chunked(q[..., :6, :], k, v, causal, pad, chunk),
+                               ref.chunked_attention(q[..., :6, :], k, v, causal, pad, chunk))
+        assert torch.equal(linear(q, k, v, causal), ref.linear_attention(q, k, v, causal))
+        assert torch.equal(quadratic(q, k, v, causal), ref.linear_attention_quadratic(q, k, v, causal))
+    assert torch.equal(features(q), ref.elu_feature_map(q))
+    for window in (1, 3, 9, 12):
+        assert torch.equal(window_mask(9, window), ref.sliding_window_mask(9, window))
+        assert torch.allclose(window_attention(q, k, v, window),
+                              ref.sliding_window_attention(q, k, v, window), atol=1e-12, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,115 @@
+"""Lab 6 hidden tests: key-padding masks and all-blocked rows, float64 and (batch, heads)
+inputs, very large scores and gradients of chunked_attention; edge windows and the window
+check of sliding_window_attention; the causal prefix sums and eps of linear attention."""
+
+import torch
+import pytest  # noqa: F401
+
+from grader.engine.compare import assert_close, assert_true
+from grader.suites._inputs import (
+    chunked_reference,
+    lab6_mask,
+    linear_reference,
+    masked_attention64,
+    padding_mask,
+    randn,
+    sliding_reference,
+)
+
+O_AXES = ("batch", "seq_q", "d_v")
+O4_AXES = ("batch", "heads", "seq_q", "d_v")
+
+
+def test_chunked_key_padding_mask_and_all_blocked_rows(student, tol, gen):
+    """A (batch, 1, 1, Lk) key-padding mask broadcasts over heads and queries; a batch whose
+    keys are all padded, and causal queries left with no real key, get zero rows (no NaN)."""
+    q, k, v = randn(gen, 3, 2, 6, 8, scale=2.0), randn(gen, 3, 2, 9, 8, scale=2.0), randn(gen, 3, 2, 9, 4)
+    pad = padding_mask([9, 0, 5], 9)      # batch 1: every key padded
+    out = student.call("chunked_attention", q, k, v, key_padding_mask=pad, chunk_size=4)
+    assert_close(out, chunked_reference(q, k, v, key_padding_mask=pad), tol=tol,
+                 name="output (key_padding_mask)", axes=O4_AXES)
+    assert_true(bool((out[1] == 0).all()), "a query whose keys are all padded must get an all-zero row")
+    # causal with Lq > Lk: the first queries sit before every key and see none
+    q2 = randn(gen, 3, 2, 12, 8, scale=2.0)
+    out2 = student.call("chunked_attention", q2, k, v, causal=True, key_padding_mask=pad, chunk_size=2)
+    assert_close(out2, chunked_reference(q2, k, v, causal=True, key_padding_mask=pad), tol=tol,
+                 name="output (causal and key_padding_mask, Lq=12 > Lk=9)", axes=O4_AXES)
+
+
+def test_chunked_float64_with_batch_and_heads(student, tol, gen):
+    """float64 (batch, heads, L, d) inputs give a float64 output at float64 precision."""
+    d = torch.float64
+    q, k, v = (randn(gen, 2, 3, 10, 8, dtype=d), randn(gen, 2, 3, 10, 8, dtype=d),
+               randn(gen, 2, 3, 10, 6, dtype=d))
+    out = student.call("chunked_attention", q, k, v, causal=True, chunk_size=3)
+    assert_close(out, chunked_reference(q, k, v, causal=True), tol=tol, name="output (float64)", axes=O4_AXES)
+
+
+def test_chunked_large_scores_numerically_stable(student, tol, gen):
+    """Scores in the hundreds, growing from chunk to chunk: the online softmax must subtract
+    the running max (and rescale what came before), never exp() a raw score."""
+    q = randn(gen, 2, 6, 8, scale=10.0)
+    k = randn(gen, 2, 12, 8, scale=10.0) * torch.linspace(0.5, 3.0, 12).view(1, 12, 1)
+    v = randn(gen, 2, 12, 4)
+    out = student.call("chunked_attention", q, k, v, chunk_size=4)
+    assert_close(out, chunked_reference(q, k, v), tol=tol, name="output (large scores)", axes=O_AXES)
+
+
+def test_chunked_gradients_match_full_attention(student, tol, gen):
+    """Gradients w.r.t. q, k and v through chunked_attention (causal with Lq > Lk, padded keys,
+    a first query with no key at all) match autograd through full attention, and stay finite."""
+    q, k, v = randn(gen, 2, 8, 8), randn(gen, 2, 7, 8), randn(gen, 2, 7, 4)
+    pad = padding_mask([7, 3], 7).view(2, 1, 7)
+    g_out = randn(gen, 2, 8, 4)
+    g = student.grad("chunked_attention", q, k, v, grad_outputs=g_out, causal=True,
+                     key_padding_mask=pad, chunk_size=3)
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    (masked_attention64(*leaves, lab6_mask(8, 7, True, pad)) * g_out.double()).sum().backward()
+    for name, got, leaf in zip("qkv", g.input_grads, leaves, strict=False):
+        assert_close(got, leaf.grad.float(), tol=tol, name=f"gradient w.r.t. {name}",
+                     axes=("batch", "seq", "d"))
+
+
+def test_sliding_window_edge_windows(student, tol, gen):
+    """window=1 (each query sees only itself: the output is v) and window >= L (plain causal
+    attention) both equal full attention under the band mask."""
+    q, k, v = randn(gen, 2, 9, 8, scale=2.0), randn(gen, 2, 9, 8, scale=2.0), randn(gen, 2, 9, 4)
+    for window in (1, 9, 20):
+        out = student.call("sliding_window_attention", q, k, v, window)
+        assert_close(out, sliding_reference(q, k, v, window), tol=tol,
+                     name=f"output (window={window}, L=9)", axes=O_AXES)
+
+
+def test_sliding_window_rejects_window_below_one(student, gen):
+    """window < 1 leaves a query no key at all: sliding_window_attention raises ValueError."""
+    q = randn(gen, 1, 4, 8)
+    for window in (0, -2):
+        with student.raises("ValueError"):
+            student.call("sliding_window_attention", q, q, q, window)
+
+
+def test_linear_attention_causal_prefix_sums(student, tol, gen):
+    """Causal linear attention on (batch, heads) float64 inputs longer than one block: the
+    fast form equals the student's own quadratic form and the kernel form (query i sees keys
+    j <= i, itself included)."""
+    d = torch.float64
+    q, k, v = (randn(gen, 2, 2, 150, 4, dtype=d), randn(gen, 2, 2, 150, 4, dtype=d),
+               randn(gen, 2, 2, 150, 3, dtype=d))
+    fast = student.call("linear_attention", q, k, v, causal=True)
+    slow = student.call("linear_attention_quadratic", q, k, v, causal=True)
+    assert_close(fast, slow, tol=tol, name="linear_attention vs your linear_attention_quadratic",
+                 axes=O4_AXES)
+    assert_close(fast, linear_reference(q, k, v, causal=True), tol=tol,
+                 name="linear_attention (causal, float64)", axes=O4_AXES)
+
+
+def test_linear_attention_eps_respected(student, tol, gen):
+    """eps is added to every denominator phi(q_i).z (fast and quadratic forms alike)."""
+    q, k, v = randn(gen, 2, 7, 4), randn(gen, 2, 7, 4), randn(gen, 2, 7, 3)
+    for causal in (False, True):
+        exp = linear_reference(q, k, v, causal=causal, eps=5.0)
+        fast = student.call("linear_attention", q, k, v, causal=causal, eps=5.0)
+        assert_close(fast, exp, tol=tol, name=f"linear_attention (eps=5, causal={causal})", axes=O_AXES)
+        slow = student.call("linear_attention_quadratic", q, k, v, causal=causal, eps=5.0)
+        assert_close(slow, exp, tol=tol, name=f"linear_attention_quadratic (eps=5, causal={causal})",
+                     axes=O_AXES)
