@@ -64,20 +64,11 @@ def test_untouched_stubs_score_zero_on_not_implemented(rubric, zygote):
             assert t.message.startswith("not implemented yet"), (t.name, t.message)
 
 
-# Fixtures right in value that break a lab only in its resources (peak memory, work): they
-# lose points there only once the rubric has the resource test (added on main by the lead).
-RESOURCE_ONLY = {"bug_materialised_scores": ("lab6_efficient_attention",
-                                             "test_chunked_attention_memory_stays_linear")}
-
 
 @pytest.mark.parametrize("name", fixture_names("ok_") + fixture_names("bug_"))
 def test_fixture_loses_points_exactly_in_the_labs_it_breaks(name, rubric, zygote, tmp_path):
     expect = expectation(name)
     breaks = set(expect.get("breaks") or [])
-    if name in RESOURCE_ONLY:
-        lab, test = RESOURCE_ONLY[name]
-        if lab in rubric.labs and test not in rubric.labs[lab].tests:
-            breaks.discard(lab)         # no resource test yet: the values are all right
     submission = make_submission(name, tmp_path / name)
     result = grade(submission, rubric=rubric, zygote=zygote)
     assert_report(result, rubric, breaks=breaks)

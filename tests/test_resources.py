@@ -231,3 +231,23 @@ def test_a_failed_resource_test_draws_its_curve(measure, tmp_path):
         submission="s", labs=[results.LabResult(name=LAB, title="R", file=f"{LAB}.py",
                                                 tests=[test])]), tmp_path / "f.html")
     assert 'alt="plot: peak memory of your calls above their inputs"' in page.read_text()
+
+
+def test_materialising_the_score_matrix_costs_exactly_the_memory_points(rubric, zygote,
+                                                                       tmp_path):
+    """Lab 6 computed right but through the whole (Lq, Lk) score matrix: every value test
+    passes, the memory test fails saying what was measured, with its curve."""
+    from helpers import grade, make_submission
+    lab = "lab6_efficient_attention"
+    memory_test = "test_chunked_attention_memory_stays_linear"
+    result = grade(make_submission("bug_materialised_scores", tmp_path / "s"), rubric=rubric,
+                   zygote=zygote, labs=[lab])
+    graded = result.lab(lab)
+    failed = [t for t in graded.tests if not t.passed]
+    assert [t.name for t in failed] == [memory_test], [(t.name, t.message) for t in failed]
+    assert graded.max_score - graded.score == rubric.labs[lab].tests[memory_test].points == 4
+    message = failed[0].message
+    assert "chunked_attention at L=4096: peak memory" in message
+    assert "the (4096, 4096) float32 score matrix alone is 64 MB: it was materialised" in message
+    assert [p["kind"] for p in failed[0].artifacts] == ["resource"]
+    assert failed[0].artifacts[0]["x"] == [1024, 2048, 4096]

@@ -5,7 +5,7 @@ check of sliding_window_attention; the causal prefix sums and eps of linear atte
 import torch
 import pytest  # noqa: F401
 
-from grader.engine.compare import assert_close, assert_true
+from grader.engine.compare import assert_close, assert_true, assert_work_grows_within
 from grader.suites._inputs import (
     chunked_reference,
     lab6_mask,
@@ -113,3 +113,19 @@ def test_linear_attention_eps_respected(student, tol, gen):
         slow = student.call("linear_attention_quadratic", q, k, v, causal=causal, eps=5.0)
         assert_close(slow, exp, tol=tol, name=f"linear_attention_quadratic (eps=5, causal={causal})",
                      axes=O_AXES)
+
+
+def test_linear_attention_work_grows_linearly(student, tol, gen, budget):
+    """Causal linear_attention does O(L) work: 4x the length costs about 4x the CPU time
+    (measured by the grader from outside your code, the least of two runs each), never
+    the 16x of an (L, L) product."""
+    runs = {}
+    for length in (2048, 8192):
+        q, k, v = (randn(gen, 1, length, 64, scale=0.5) for _ in range(3))
+        runs[length] = [student.measure("linear_attention", q, k, v, causal=True)
+                        for _ in range(2)]
+        if length == 2048:
+            assert_close(runs[length][0].value, linear_reference(q, k, v, causal=True), tol=tol,
+                         name="output at L=2048", axes=("batch", "seq", "d_v"))
+    small, large = (min(runs[n], key=lambda m: m.cpu_s) for n in (2048, 8192))
+    assert_work_grows_within(small, large, budget, name="linear_attention (causal)", factor=4)

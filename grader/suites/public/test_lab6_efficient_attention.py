@@ -9,9 +9,13 @@ The grader runs more (hidden) tests: key-padding masks and all-blocked rows, flo
 and eps.
 """
 
-import pytest  # noqa: F401
+import os
 
-from grader.engine.compare import assert_close, assert_true
+import pytest  # noqa: F401
+import torch
+import torch.nn.functional as F
+
+from grader.engine.compare import assert_close, assert_memory_within, assert_true
 from grader.suites._inputs import (
     band_mask,
     chunked_reference,
@@ -97,3 +101,26 @@ def test_score_matrix_max_len_answers_the_budget_question(student):
         assert_true(heads * (got + 1) ** 2 * size > budget,
                     f"{what} = {got}: L = {got + 1} still fits ({heads * (got + 1) ** 2 * size} "
                     "bytes <= budget); return the largest L that fits")
+
+
+MEMORY_LENGTHS = (1024, 2048, 4096)          # the last one is judged; all are plotted
+
+
+def test_chunked_attention_memory_stays_linear(student, tol, budget):
+    """At L = 4096, d = 64, chunked_attention (chunk_size=128) holds far less than the 64 MB
+    (L, L) float32 score matrix at any moment: its peak memory above the inputs, measured
+    by the grader from outside your code, stays within the rubric's budget."""
+    # Fresh inputs every run: nothing computed ahead (at import, say) can stand in for the call.
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    for length in MEMORY_LENGTHS:
+        q, k, v = (torch.randn(1, length, 64, generator=gen) for _ in range(3))
+        m = student.measure("chunked_attention", q, k, v, chunk_size=128)
+        # The value must be right too (a few rows, against PyTorch's fused attention).
+        rows = slice(length - 64, length)
+        exp = F.scaled_dot_product_attention(q[:, rows].double(), k.double(), v.double())
+        assert_close(m.value[:, rows] if isinstance(m.value, torch.Tensor) else m.value,
+                     exp.float(), tol=tol, name=f"output rows {rows.start}.. at L={length}",
+                     axes=O_AXES)
+    assert_memory_within(m, budget, name=f"chunked_attention at L={length}",
+                         big_bytes=length * length * 4,
+                         big_what=f"the ({length}, {length}) float32 score matrix")
