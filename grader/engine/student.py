@@ -38,8 +38,6 @@ SHOWN_EXCEPTIONS = _exception_names()
 TEXT_CAP = 2000             # characters of any one piece of text from a worker
 
 
-
-
 class StudentError(Exception):
     """Student code failed: raised, crashed, hung or could not be imported.
 
@@ -244,12 +242,19 @@ class Session:
         sent = worker is not None
         worker = worker or self._worker(lab)
         self.made += 1
-        try:
+        with self._waiting(lab):
             if not sent:
                 worker.send_ahead(frame, count=1)
             reply = worker.receive(timeout_s=remaining)
             if self.prefetch is not None:
                 self.prefetch.answered(self.test, lab, self.made)
+        return self._reply_value(worker, lab, reply)
+
+    @contextlib.contextmanager
+    def _waiting(self, lab: str):
+        """A worker's reply awaited: out of time is a timeout, a dead worker a crash."""
+        try:
+            yield
         except WorkerTimeout:
             raise self._timeout(lab) from None
         except WorkerDied as exc:
@@ -258,7 +263,6 @@ class Session:
                 message="it exited or was killed before answering (os._exit, a signal, "
                         f"a segfault, or a resource limit: memory, CPU time, files) [{exc}]",
             ) from None
-        return self._reply_value(worker, lab, reply)
 
     def _reply_value(self, worker: Worker, lab: str, reply):
         """The value of a worker's reply, or the StudentError it stands for."""
@@ -319,17 +323,9 @@ class Session:
         if remaining <= 0:
             raise self._timeout(lab)
         self.made += 1
-        try:
+        with self._waiting(lab):
             worker.send_ahead(wire.encode(req), count=1)
             reply = worker.receive(timeout_s=remaining)
-        except WorkerTimeout:
-            raise self._timeout(lab) from None
-        except WorkerDied as exc:
-            raise StudentError(
-                kind="crash", lab=lab,
-                message="it exited or was killed before answering (os._exit, a signal, "
-                        f"a segfault, or a resource limit: memory, CPU time, files) [{exc}]",
-            ) from None
         return self._reply_value(worker, lab, reply)
 
     def _callback(self, lab: str, req) -> object:
