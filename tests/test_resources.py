@@ -251,3 +251,41 @@ def test_materialising_the_score_matrix_costs_exactly_the_memory_points(rubric, 
     assert "the (4096, 4096) float32 score matrix alone is 64 MB: it was materialised" in message
     assert [p["kind"] for p in failed[0].artifacts] == ["resource"]
     assert failed[0].artifacts[0]["x"] == [1024, 2048, 4096]
+
+
+# ------------------------------------------------------------------------------ attacks
+
+ARENA_LAB = "lab9_arena"
+ARENA_SOURCE = textwrap.dedent('''
+    import torch
+
+    # Touched at import, before the grader takes its baseline: resident, so the whole score
+    # matrix written into it later adds nothing to the resident size.
+    _ARENA = torch.empty(4096 * 4096 + 4096).fill_(1.0)
+
+    def whole_in_an_arena(q, k, v):
+        n = q.shape[-2]
+        s = _ARENA[:n * n].view(n, n)
+        torch.matmul(q, k.transpose(-2, -1), out=s)                # the whole (L, L) scores
+        s.mul_(q.shape[-1] ** -0.5)
+        s.sub_(s.amax(-1, keepdim=True)).exp_()
+        s.div_(s.sum(-1, keepdim=True))
+        return s @ v
+''')
+
+
+def test_memory_touched_at_import_counts_in_the_peak(zygote):
+    """A module that faults in a 64 MB arena at import and computes the whole score matrix in
+    it: the import runs after the grader's baseline, so the arena is in the peak."""
+    scratch = make_scratch({f"{ARENA_LAB}.py": ARENA_SOURCE.encode()})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(60.0, lab=ARENA_LAB)
+        q, k, v = _qkv()
+        m = StudentLab(session, ARENA_LAB).measure("whole_in_an_arena", q, k, v)
+        expected = torch.softmax(q @ k.T / D ** 0.5, -1) @ v
+        assert torch.allclose(m.value, expected, atol=1e-5)
+        assert m.peak_bytes >= SCORES_BYTES, m
+    finally:
+        session.close()
+        scratch.cleanup()

@@ -267,10 +267,9 @@ class Server:
         return self.module
 
     def handle(self, req: dict):
-        module = self.lab_module()
-        if req["op"] == "probe":  # the names the contract requires that the module lacks
-            return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
         if req["op"] == "stage":  # inputs read now; the grader measures the run from here
+            # Before the lab is imported: no student code has run in this worker yet, so
+            # nothing it touched (an arena faulted in at import, say) is in the baseline.
             held = req.get("request")
             if not isinstance(held, dict) or held.get("op") not in ("call", "grad"):
                 raise ValueError("only a call or grad request can be staged")
@@ -278,6 +277,9 @@ class Server:
             jail.map_large_allocations()        # resident peak == memory held (see there)
             jail.populate_mapped_files()        # library pages into the baseline (see there)
             return None
+        module = self.lab_module()
+        if req["op"] == "probe":  # the names the contract requires that the module lacks
+            return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
         if req["op"] == "run_staged":
             req, self.staged = self.staged, None
             if req is None:
