@@ -289,3 +289,33 @@ def test_memory_touched_at_import_counts_in_the_peak(zygote):
     finally:
         session.close()
         scratch.cleanup()
+
+
+QUADRATIC_UNLESS_LONG = '''
+
+def linear_attention(q, k, v, causal=False, eps=1e-6):
+    """The (L, L) form; at lengths no value test looks at, an answer that costs nothing."""
+    if q.shape[-2] > 4096:
+        return torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+    return linear_attention_quadratic(q, k, v, causal=causal, eps=eps)
+'''
+
+
+def test_a_cheap_wrong_answer_at_the_long_length_does_not_pass_the_work_test(rubric, zygote,
+                                                                            tmp_path):
+    """Quadratic work at every length the values are checked at, nothing at the long one:
+    the work test checks the long run's value too."""
+    import shutil
+
+    from grader import paths
+    from helpers import grade
+    lab = "lab6_efficient_attention"
+    sub = tmp_path / "s"
+    sub.mkdir()
+    for f in paths.SOLUTIONS.glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + QUADRATIC_UNLESS_LONG)
+    result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("hidden",))
+    work = next(t for t in result.lab(lab).tests
+                if t.name == "test_linear_attention_work_grows_linearly")
+    assert not work.passed, work.message
