@@ -319,3 +319,43 @@ def test_a_cheap_wrong_answer_at_the_long_length_does_not_pass_the_work_test(rub
     work = next(t for t in result.lab(lab).tests
                 if t.name == "test_linear_attention_work_grows_linearly")
     assert not work.passed, work.message
+
+
+MATERIALISED_TAIL_ONLY = '''
+
+def chunked_attention(q, k, v, causal=False, key_padding_mask=None, chunk_size=128):
+    """Long inputs: only the last 64 query rows (the rows a check might read), anything else
+    (the whole score matrix) otherwise."""
+    if q.shape[-2] >= 1024 and not causal and key_padding_mask is None:
+        out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+        s = q[..., -64:, :] @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        out[..., -64:, :] = torch.softmax(s, -1) @ v
+        return out
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if causal:
+        n, m = q.shape[-2], k.shape[-2]
+        s = s.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(m - n), float("-inf"))
+    if key_padding_mask is not None:
+        s = s.masked_fill(~key_padding_mask[..., None, :], float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v
+'''
+
+
+def test_rows_the_memory_test_does_not_read_cannot_be_left_out(rubric, zygote, tmp_path):
+    """A chunked_attention that computes only the rows the memory test checks: the rows
+    checked are drawn at random after the call."""
+    import shutil
+
+    from grader import paths
+    from helpers import grade
+    lab = "lab6_efficient_attention"
+    sub = tmp_path / "s"
+    sub.mkdir()
+    for f in paths.SOLUTIONS.glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + MATERIALISED_TAIL_ONLY)
+    result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("public",))
+    memory = next(t for t in result.lab(lab).tests
+                  if t.name == "test_chunked_attention_memory_stays_linear")
+    assert not memory.passed, memory.message
