@@ -359,3 +359,22 @@ def test_rows_the_memory_test_does_not_read_cannot_be_left_out(rubric, zygote, t
     memory = next(t for t in result.lab(lab).tests
                   if t.name == "test_chunked_attention_memory_stays_linear")
     assert not memory.passed, memory.message
+
+
+def test_a_library_the_lab_imports_is_not_its_memory(zygote):
+    """The lab is imported after the baseline (an arena faulted in at import counts), but the
+    installed packages it names are imported before it: a correct blocked computation in a
+    file that imports matplotlib (~30 MB) stays within the budget."""
+    pytest.importorskip("matplotlib")
+    lab = "lab9_plots"
+    source = ("import matplotlib\nmatplotlib.use('Agg')\nfrom matplotlib import pyplot as plt\n"
+              + SOURCE)
+    scratch = make_scratch({f"{lab}.py": source.encode()})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(60.0, lab=lab)
+        m = StudentLab(session, lab).measure("blocks", *_qkv())
+        assert m.peak_bytes <= 16 * MIB, m.peak_bytes
+    finally:
+        session.close()
+        scratch.cleanup()
