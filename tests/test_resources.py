@@ -251,3 +251,164 @@ def test_materialising_the_score_matrix_costs_exactly_the_memory_points(rubric, 
     assert "the (4096, 4096) float32 score matrix alone is 64 MB: it was materialised" in message
     assert [p["kind"] for p in failed[0].artifacts] == ["resource"]
     assert failed[0].artifacts[0]["x"] == [1024, 2048, 4096]
+
+
+# ------------------------------------------------------------------------------ attacks
+
+ARENA_LAB = "lab9_arena"
+ARENA_SOURCE = textwrap.dedent('''
+    import torch
+
+    # Touched at import, before the grader takes its baseline: resident, so the whole score
+    # matrix written into it later adds nothing to the resident size.
+    _ARENA = torch.empty(4096 * 4096 + 4096).fill_(1.0)
+
+    def whole_in_an_arena(q, k, v):
+        n = q.shape[-2]
+        s = _ARENA[:n * n].view(n, n)
+        torch.matmul(q, k.transpose(-2, -1), out=s)                # the whole (L, L) scores
+        s.mul_(q.shape[-1] ** -0.5)
+        s.sub_(s.amax(-1, keepdim=True)).exp_()
+        s.div_(s.sum(-1, keepdim=True))
+        return s @ v
+''')
+
+
+def test_memory_touched_at_import_counts_in_the_peak(zygote):
+    """A module that faults in a 64 MB arena at import and computes the whole score matrix in
+    it: the import runs after the grader's baseline, so the arena is in the peak."""
+    scratch = make_scratch({f"{ARENA_LAB}.py": ARENA_SOURCE.encode()})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(60.0, lab=ARENA_LAB)
+        q, k, v = _qkv()
+        m = StudentLab(session, ARENA_LAB).measure("whole_in_an_arena", q, k, v)
+        expected = torch.softmax(q @ k.T / D ** 0.5, -1) @ v
+        assert torch.allclose(m.value, expected, atol=1e-5)
+        assert m.peak_bytes >= SCORES_BYTES, m
+    finally:
+        session.close()
+        scratch.cleanup()
+
+
+QUADRATIC_UNLESS_LONG = '''
+
+def linear_attention(q, k, v, causal=False, eps=1e-6):
+    """The (L, L) form; at lengths no value test looks at, an answer that costs nothing."""
+    if q.shape[-2] > 4096:
+        return torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+    return linear_attention_quadratic(q, k, v, causal=causal, eps=eps)
+'''
+
+
+def test_a_cheap_wrong_answer_at_the_long_length_does_not_pass_the_work_test(rubric, zygote,
+                                                                            tmp_path):
+    """Quadratic work at every length the values are checked at, nothing at the long one:
+    the work test checks the long run's value too."""
+    import shutil
+
+    from grader import paths
+    from helpers import grade
+    lab = "lab6_efficient_attention"
+    sub = tmp_path / "s"
+    sub.mkdir()
+    for f in paths.SOLUTIONS.glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + QUADRATIC_UNLESS_LONG)
+    result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("hidden",))
+    work = next(t for t in result.lab(lab).tests
+                if t.name == "test_linear_attention_work_grows_linearly")
+    assert not work.passed, work.message
+
+
+MATERIALISED_TAIL_ONLY = '''
+
+def chunked_attention(q, k, v, causal=False, key_padding_mask=None, chunk_size=128):
+    """Long inputs: only the last 64 query rows (the rows a check might read), anything else
+    (the whole score matrix) otherwise."""
+    if q.shape[-2] >= 1024 and not causal and key_padding_mask is None:
+        out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+        s = q[..., -64:, :] @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        out[..., -64:, :] = torch.softmax(s, -1) @ v
+        return out
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if causal:
+        n, m = q.shape[-2], k.shape[-2]
+        s = s.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(m - n), float("-inf"))
+    if key_padding_mask is not None:
+        s = s.masked_fill(~key_padding_mask[..., None, :], float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v
+'''
+
+
+def test_rows_the_memory_test_does_not_read_cannot_be_left_out(rubric, zygote, tmp_path):
+    """A chunked_attention that computes only the rows the memory test checks: the rows
+    checked are drawn at random after the call."""
+    import shutil
+
+    from grader import paths
+    from helpers import grade
+    lab = "lab6_efficient_attention"
+    sub = tmp_path / "s"
+    sub.mkdir()
+    for f in paths.SOLUTIONS.glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + MATERIALISED_TAIL_ONLY)
+    result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("public",))
+    memory = next(t for t in result.lab(lab).tests
+                  if t.name == "test_chunked_attention_memory_stays_linear")
+    assert not memory.passed, memory.message
+
+
+def test_a_library_the_lab_imports_is_not_its_memory(zygote):
+    """The lab is imported after the baseline (an arena faulted in at import counts), but the
+    installed packages it names are imported before it: a correct blocked computation in a
+    file that imports matplotlib (~30 MB) stays within the budget."""
+    pytest.importorskip("matplotlib")
+    lab = "lab9_plots"
+    source = ("import matplotlib\nmatplotlib.use('Agg')\nfrom matplotlib import pyplot as plt\n"
+              + SOURCE)
+    scratch = make_scratch({f"{lab}.py": source.encode()})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(60.0, lab=lab)
+        m = StudentLab(session, lab).measure("blocks", *_qkv())
+        assert m.peak_bytes <= 16 * MIB, m.peak_bytes
+    finally:
+        session.close()
+        scratch.cleanup()
+
+
+QUADRATIC_PADDED_WHEN_SHORT = '''
+
+def linear_attention(q, k, v, causal=False, eps=1e-6):
+    """The (L, L) form, right at every length, with CPU time burnt at the short one."""
+    import time
+    out = linear_attention_quadratic(q, k, v, causal=causal, eps=eps)
+    if q.shape[-2] <= 2048:
+        end = time.process_time() + 1.0
+        while time.process_time() < end:
+            pass
+    return out
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open: a ratio of CPU times can be flattened by burning "
+                   "CPU at the shorter length; needs an absolute bound (e.g. against the "
+                   "reference measured in the same kind of worker)")
+def test_cpu_burnt_at_the_short_length_does_not_pass_the_work_test(rubric, zygote, tmp_path):
+    import shutil
+
+    from grader import paths
+    from helpers import grade
+    lab = "lab6_efficient_attention"
+    sub = tmp_path / "s"
+    sub.mkdir()
+    for f in paths.SOLUTIONS.glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + QUADRATIC_PADDED_WHEN_SHORT)
+    result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("hidden",))
+    work = next(t for t in result.lab(lab).tests
+                if t.name == "test_linear_attention_work_grows_linearly")
+    assert not work.passed, work.message

@@ -12,7 +12,7 @@ import builtins
 import contextlib
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -297,9 +297,15 @@ class Session:
         worker = None
         try:
             worker = self._spawn(lab)
-            self._exchange(worker, lab, protocol.stage_request(req))   # import, read inputs
+            self._exchange(worker, lab, protocol.stage_request(req))   # read the inputs
             usage.reset_peak(worker.pid)
-            before = usage.reading(worker.pid)
+            held = usage.reading(worker.pid)        # inputs held, the lab not imported yet
+            self._exchange(worker, lab, protocol.probe_request([]))     # import the lab
+            imported = usage.reading(worker.pid)
+            # Memory from before the import (what the module touches at import is the
+            # call's: an arena faulted in there and reused by the call is not free), CPU
+            # time from after it (the call's work only).
+            before = replace(held, cpu_ns=imported.cpu_ns)
             value = self._exchange(worker, lab, protocol.run_staged_request())
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())

@@ -31,6 +31,7 @@ import wire
 STDOUT_CAP = 4000
 MESSAGE_CAP = 2000
 LAB_MODULE_PREFIX = forbidden.LAB_MODULE_PREFIX
+MAX_LIBRARY_IMPORTS = 64      # names imported ahead of a measured call (see import_libraries)
 ForbiddenAPIError = forbidden.ForbiddenAPIError
 
 
@@ -266,18 +267,59 @@ class Server:
             raise _ImportFailed()
         return self.module
 
+    def import_libraries(self) -> None:
+        """Import the installed packages the lab file names (``import matplotlib.pyplot``),
+        not the lab itself, before a measured call's baseline.
+
+        The lab module is imported after the baseline, so that memory its own code touches
+        at import (an arena the call then reuses) counts in the call's peak. The libraries it
+        imports are not the student's memory: a correct lab that imports matplotlib would
+        otherwise carry its ~30 MB. Only names that the lab finders do not serve (never a
+        lab module, never a relative import), through the same import guards; a name that
+        fails to import fails again, the same way, when the lab imports it, and the
+        forbidden names it reached here are forgotten (a function-level import might never
+        run)."""
+        try:
+            with open(os.path.join(self.folder, self.lab + ".py"), "rb") as fh:
+                tree = ast.parse(fh.read().decode("utf-8-sig"))
+        except (OSError, ValueError, SyntaxError, RecursionError, MemoryError):
+            return
+        names = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.append(node.module)
+                names += [f"{node.module}.{alias.name}" for alias in node.names
+                          if alias.name != "*"]
+        kept = forbidden.take_violations()
+        try:
+            for name in list(dict.fromkeys(names))[:MAX_LIBRARY_IMPORTS]:
+                if name.split(".")[0].startswith(LAB_MODULE_PREFIX) or name in sys.modules:
+                    continue
+                try:
+                    importlib.import_module(name)
+                except Exception:  # noqa: BLE001, S112 - the lab's own import reports it
+                    continue
+        finally:
+            forbidden.take_violations()
+            forbidden._state["violations"].extend(kept)
+
     def handle(self, req: dict):
-        module = self.lab_module()
-        if req["op"] == "probe":  # the names the contract requires that the module lacks
-            return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
         if req["op"] == "stage":  # inputs read now; the grader measures the run from here
+            # Before the lab is imported: no student code has run in this worker yet, so
+            # nothing it touched (an arena faulted in at import, say) is in the baseline.
             held = req.get("request")
             if not isinstance(held, dict) or held.get("op") not in ("call", "grad"):
                 raise ValueError("only a call or grad request can be staged")
             self.staged = held
+            self.import_libraries()             # their memory is not the lab's (see there)
             jail.map_large_allocations()        # resident peak == memory held (see there)
             jail.populate_mapped_files()        # library pages into the baseline (see there)
             return None
+        module = self.lab_module()
+        if req["op"] == "probe":  # the names the contract requires that the module lacks
+            return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
         if req["op"] == "run_staged":
             req, self.staged = self.staged, None
             if req is None:

@@ -115,12 +115,15 @@ def test_chunked_attention_memory_stays_linear(student, tol, budget):
     for length in MEMORY_LENGTHS:
         q, k, v = (torch.randn(1, length, 64, generator=gen) for _ in range(3))
         m = student.measure("chunked_attention", q, k, v, chunk_size=128)
-        # The value must be right too (a few rows, against PyTorch's fused attention).
-        rows = slice(length - 64, length)
+        # The value must be right too: 256 rows drawn after the call (a call that computes
+        # only some rows cannot know which), against PyTorch's fused attention.
+        rows = torch.randperm(length, generator=gen)[:256].sort().values
         exp = F.scaled_dot_product_attention(q[:, rows].double(), k.double(), v.double())
-        assert_close(m.value[:, rows] if isinstance(m.value, torch.Tensor) else m.value,
-                     exp.float(), tol=tol, name=f"output rows {rows.start}.. at L={length}",
-                     axes=O_AXES)
+        value = m.value
+        if isinstance(value, torch.Tensor) and value.shape == (1, length, 64):
+            value = value[:, rows]
+        assert_close(value, exp.float(), tol=tol, name=f"output (256 rows drawn at random) "
+                     f"at L={length}", axes=O_AXES)
     assert_memory_within(m, budget, name=f"chunked_attention at L={length}",
                          big_bytes=length * length * 4,
                          big_what=f"the ({length}, {length}) float32 score matrix")
