@@ -336,27 +336,6 @@ def _cast(value, dtype):
     if isinstance(value, (tuple, list)):
         return type(value)(_cast(v, dtype) for v in value)
     return value
-# lab 6: efficient attention (chunked, sliding-window, linear)
-# --------------------------------------------------------------------------------------------
-
-
-def padding_mask(lengths, seq_k):
-    """(batch, 1, 1, seq_k) key-padding mask, True for the first lengths[b] keys (0: every key padded)."""
-    return (torch.arange(seq_k) < torch.as_tensor(lengths)[:, None]).view(len(lengths), 1, 1, seq_k)
-
-
-def lab6_mask(seq_q, seq_k, causal=False, key_padding_mask=None):
-    """The full (broadcastable) mask chunked_attention means: causal bottom-right and/or padding."""
-    mask = tril_mask(seq_q, seq_k) if causal else None
-    if key_padding_mask is not None:
-        mask = key_padding_mask if mask is None else mask & key_padding_mask
-    return mask
-
-
-def masked_attention64(q, k, v, mask=None):
-    """softmax(q k^T / sqrt(d)) v in float64 from the full score matrix (differentiable);
-    blocked keys weigh 0 and a query with no allowed key gets a zero row."""
-    return attention_weights64(q, k, mask) @ v.double()
 
 
 @reference  # the labs' answers: a release has stored values instead
@@ -367,18 +346,6 @@ def decoder_layer_reference(sd, d_model, num_heads, d_ff, x, past_kv=None):
     with torch.no_grad():
         out = layer(x.double(), _cast(past_kv, torch.float64))
     return _cast(out, x.dtype)
-def chunked_reference(q, k, v, causal=False, key_padding_mask=None):
-    """Expected chunked_attention: full softmax attention under the same masks, in q's dtype."""
-    mask = lab6_mask(q.size(-2), k.size(-2), causal, key_padding_mask)
-    return masked_attention64(q, k, v, mask).to(q.dtype)
-
-
-@reference  # the labs' answers: a release has stored values instead
-def band_mask(seq_len, window):
-    """bool (seq_len, seq_len), True where i - window < j <= i: the lower triangle minus the
-    triangle window diagonals below it (built independently of the student)."""
-    full = torch.ones(seq_len, seq_len, dtype=torch.bool)
-    return full.tril() & ~full.tril(-window)
 
 
 @reference  # the labs' answers: a release has stored values instead
@@ -388,26 +355,6 @@ def decoder_logits_reference(sd, cfg, tokens, dtype="float32"):
     ("float32" | "float64")."""
     with torch.no_grad():
         return decoder_reference("DecoderLM", cfg, sd)(tokens).to(getattr(torch, dtype))
-def sliding_reference(q, k, v, window):
-    """Expected sliding_window_attention: full attention under the band mask, in q's dtype."""
-    full = torch.ones(q.size(-2), q.size(-2), dtype=torch.bool)
-    return masked_attention64(q, k, v, full.tril() & ~full.tril(-window)).to(q.dtype)
-
-
-@reference  # the labs' answers: a release has stored values instead
-def elu_plus_one(x):
-    """elu(x) + 1 computed in float64, in x's dtype."""
-    return (F.elu(x.double()) + 1.0).to(x.dtype)
-
-
-def kernel_attention64(q, k, v, causal=False, eps=1e-6):
-    """Linear attention in its quadratic kernel form, float64: weights phi(q_i).phi(k_j)
-    (phi = elu + 1), causal entries above the diagonal 0, rows divided by their sum + eps."""
-    fq, fk = F.elu(q.double()) + 1.0, F.elu(k.double()) + 1.0
-    weights = fq @ fk.transpose(-2, -1)
-    if causal:
-        weights = weights * tril_mask(q.size(-2)).double()
-    return weights / (weights.sum(-1, keepdim=True) + eps) @ v.double()
 
 
 @reference  # the labs' answers: a release has stored values instead
@@ -464,6 +411,74 @@ def greedy_divergence(got, ref_tokens, ref_logits, t0, tol):
                     break                               # a tie: either choice is greedy
             return row, step, g, e
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# lab 6: efficient attention (chunked, sliding-window, linear)
+# --------------------------------------------------------------------------------------------
+
+
+def padding_mask(lengths, seq_k):
+    """(batch, 1, 1, seq_k) key-padding mask, True for the first lengths[b] keys (0: every key padded)."""
+    return (torch.arange(seq_k) < torch.as_tensor(lengths)[:, None]).view(len(lengths), 1, 1, seq_k)
+
+
+def lab6_mask(seq_q, seq_k, causal=False, key_padding_mask=None):
+    """The full (broadcastable) mask chunked_attention means: causal bottom-right and/or padding."""
+    mask = tril_mask(seq_q, seq_k) if causal else None
+    if key_padding_mask is not None:
+        mask = key_padding_mask if mask is None else mask & key_padding_mask
+    return mask
+
+
+def masked_attention64(q, k, v, mask=None):
+    """softmax(q k^T / sqrt(d)) v in float64 from the full score matrix (differentiable);
+    blocked keys weigh 0 and a query with no allowed key gets a zero row."""
+    return attention_weights64(q, k, mask) @ v.double()
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def chunked_reference(q, k, v, causal=False, key_padding_mask=None):
+    """Expected chunked_attention: full softmax attention under the same masks, in q's dtype."""
+    mask = lab6_mask(q.size(-2), k.size(-2), causal, key_padding_mask)
+    return masked_attention64(q, k, v, mask).to(q.dtype)
+
+
+@reference  # the labs' answers: a release has stored values instead
+def band_mask(seq_len, window):
+    """bool (seq_len, seq_len), True where i - window < j <= i: the lower triangle minus the
+    triangle window diagonals below it (built independently of the student)."""
+    full = torch.ones(seq_len, seq_len, dtype=torch.bool)
+    return full.tril() & ~full.tril(-window)
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def sliding_reference(q, k, v, window):
+    """Expected sliding_window_attention: full attention under the band mask, in q's dtype."""
+    full = torch.ones(q.size(-2), q.size(-2), dtype=torch.bool)
+    return masked_attention64(q, k, v, full.tril() & ~full.tril(-window)).to(q.dtype)
+
+
+@reference  # the labs' answers: a release has stored values instead
+def elu_plus_one(x):
+    """elu(x) + 1 computed in float64, in x's dtype."""
+    return (F.elu(x.double()) + 1.0).to(x.dtype)
+
+
+def kernel_attention64(q, k, v, causal=False, eps=1e-6):
+    """Linear attention in its quadratic kernel form, float64: weights phi(q_i).phi(k_j)
+    (phi = elu + 1), causal entries above the diagonal 0, rows divided by their sum + eps."""
+    fq, fk = F.elu(q.double()) + 1.0, F.elu(k.double()) + 1.0
+    weights = fq @ fk.transpose(-2, -1)
+    if causal:
+        weights = weights * tril_mask(q.size(-2)).double()
+    return weights / (weights.sum(-1, keepdim=True) + eps) @ v.double()
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
 def linear_reference(q, k, v, causal=False, eps=1e-6):
     """Expected linear_attention (and linear_attention_quadratic), in q's dtype."""
     return kernel_attention64(q, k, v, causal, eps).to(q.dtype)
