@@ -31,7 +31,7 @@ import importlib
 import json
 import resource
 import sys
-import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -67,6 +67,18 @@ def _reference_server():
     return ReferenceServer
 
 
+_IDLE: subprocess.Popen | None = None
+
+
+def _idle_pid() -> int:
+    """A process that does nothing until this one ends (it reads its stdin to EOF)."""
+    global _IDLE
+    if _IDLE is None or _IDLE.poll() is not None:
+        _IDLE = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                 stdin=subprocess.PIPE)
+    return _IDLE.pid
+
+
 class InProcessWorker:
     """A ``host.Worker`` stand-in that answers in this process, on the reference modules.
 
@@ -76,8 +88,10 @@ class InProcessWorker:
 
     def __init__(self, lab: str):
         self.server = _reference_server()(None, {"lab": lab, "folder": str(paths.SOLUTIONS)})
-        # This process: a resource test's measurement (grader/sandbox/usage.py) reads it.
-        self.alive, self.pid = True, os.getpid()
+        # A resource test's measurement (grader/sandbox/usage.py) reads an idle process:
+        # the floor answers those calls but measures nothing of them (a reading of this
+        # busy process would make the tests' outcomes depend on the benchmark's own work).
+        self.alive, self.pid = True, _idle_pid()
         self.on_callback = None
         self.queue: list[bytes] = []
         self.handler_s = 0.0            # thread CPU seconds spent in the lab code's handler

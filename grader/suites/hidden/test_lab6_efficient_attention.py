@@ -2,7 +2,10 @@
 inputs, very large scores and gradients of chunked_attention; edge windows and the window
 check of sliding_window_attention; the causal prefix sums and eps of linear attention."""
 
+import os
+
 import torch
+import torch.nn.functional as F
 import pytest  # noqa: F401
 
 from grader.engine.compare import assert_close, assert_true, assert_work_grows_within
@@ -115,20 +118,34 @@ def test_linear_attention_eps_respected(student, tol, gen):
                      axes=O_AXES)
 
 
+def _causal_kernel_rows(q, k, v, rows, eps=1e-6):
+    """Rows ``rows`` of causal elu+1 kernel attention, in float64 (each row from the keys up
+    to it): a check of a long output at a few places without its (L, L) form."""
+    fq = F.elu(q[..., rows, :].double()) + 1                       # (B, r, d)
+    fk = F.elu(k.double()) + 1                                     # (B, L, d)
+    w = fq @ fk.transpose(-2, -1)                                  # (B, r, L)
+    w = w * (torch.arange(k.size(-2)) <= rows[:, None])            # key j <= query i
+    return (w @ v.double()) / (w.sum(-1, keepdim=True) + eps)
+
+
 def test_linear_attention_work_grows_linearly(student, tol, gen, budget):
     """Causal linear_attention does O(L) work: 4x the length costs about 4x the CPU time
-    (measured by the grader from outside your code, the least of two runs each), never
-    the 16x of an (L, L) product."""
-    runs = {}
-    for length in (2048, 8192):
-        q, k, v = (randn(gen, 1, length, 64, scale=0.5) for _ in range(3))
-        runs[length] = [student.measure("linear_attention", q, k, v, causal=True)
-                        for _ in range(2)]
-        # Every measured run's value, at both lengths: a cheap wrong answer at one of them
-        # would make the time ratio say nothing.
-        exp = linear_reference(q, k, v, causal=True)
-        for m in runs[length]:
-            assert_close(m.value, exp, tol=tol, name=f"output at L={length}",
-                         axes=("batch", "seq", "d_v"))
-    small, large = (min(runs[n], key=lambda m: m.cpu_s) for n in (2048, 8192))
-    assert_work_grows_within(small, large, budget, name="linear_attention (causal)", factor=4)
+    (measured by the grader from outside your code; the shorter length's least of two
+    runs), never the 16x of an (L, L) product."""
+    q, k, v = (randn(gen, 1, 2048, 64, scale=0.5) for _ in range(3))
+    short = [student.measure("linear_attention", q, k, v, causal=True) for _ in range(2)]
+    exp = linear_reference(q, k, v, causal=True)
+    for m in short:         # every measured run's value: a cheap wrong answer says nothing
+        assert_close(m.value, exp, tol=tol, name="output at L=2048", axes=("batch", "seq", "d_v"))
+    q, k, v = (randn(gen, 1, 8192, 64, scale=0.5) for _ in range(3))
+    long = student.measure("linear_attention", q, k, v, causal=True)
+    assert_true(isinstance(long.value, torch.Tensor) and tuple(long.value.shape) == (1, 8192, 64),
+                "output at L=8192: expected a (1, 8192, 64) tensor",
+                hidden="output at L=8192: a tensor of the input's shape (batch, seq, d_v) is due")
+    # Rows drawn after the call, fresh every run: none can be left out unnoticed.
+    rows = torch.randperm(8192, generator=torch.Generator().manual_seed(
+        int.from_bytes(os.urandom(8), "little")))[:64].sort().values
+    assert_close(long.value[:, rows], _causal_kernel_rows(q, k, v, rows).float(), tol=tol,
+                 name="output rows at L=8192", axes=("batch", "seq", "d_v"))
+    assert_work_grows_within(min(short, key=lambda m: m.cpu_s), long, budget,
+                             name="linear_attention (causal)", factor=4)
