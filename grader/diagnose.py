@@ -27,6 +27,7 @@ import torch
 
 from grader.engine.compare import Mismatch
 from grader.engine.student import StudentError
+from grader.sandbox import protocol
 
 if TYPE_CHECKING:   # grader.mistakes is imported only when a diagnosis runs (see _context)
     from grader.mistakes import Context
@@ -125,7 +126,26 @@ def _context(lab, test, exc, calls, tol) -> Context | None:
            and c.req.get("target")]
     if not own:
         return None
-    return Context(lab=lab, test=test, exc=exc, calls=own, tol=tol)
+    return Context(lab=lab, test=test, exc=exc, calls=_smallest_measured(own), tol=tol)
+
+
+def _input_size(call) -> int:
+    return sum(t.numel() for t in protocol.flat_tensors(
+        [call.req.get("args", []), list(call.req.get("kwargs", {}).values())]))
+
+
+def _smallest_measured(calls: list) -> list:
+    """The calls, with a resource test's measured calls cut to the smallest of each target:
+    they are large on purpose (L = 8192), and replaying every mistake on them would spend
+    the diagnosis's time budget; the smallest shows the same mistake."""
+    smallest: dict[str, object] = {}
+    for c in calls:
+        if getattr(c, "used", None) is not None:
+            best = smallest.get(c.req["target"])
+            if best is None or _input_size(c) < _input_size(best):
+                smallest[c.req["target"]] = c
+    keep = {id(c) for c in smallest.values()}
+    return [c for c in calls if getattr(c, "used", None) is None or id(c) in keep]
 
 
 # --------------------------------------------------------------------------------------------

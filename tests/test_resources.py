@@ -412,3 +412,20 @@ def test_cpu_burnt_at_the_short_length_does_not_pass_the_work_test(rubric, zygot
     work = next(t for t in result.lab(lab).tests
                 if t.name == "test_linear_attention_work_grows_linearly")
     assert not work.passed, work.message
+
+
+def test_a_diagnosis_replays_only_the_smallest_measured_call():
+    """Measured calls are large on purpose; the diagnosis keeps the smallest of each target
+    (and every ordinary call), so its time budget is not spent replaying L = 8192."""
+    from grader.diagnose import _smallest_measured
+    from grader.engine.student import RecordedCall
+    used = Measured(peak_bytes=0, cpu_s=0.0, other_processes=False)
+
+    def call(length, *, measured=True, target="linear_attention"):
+        q = torch.zeros(1, length, 4)
+        return RecordedCall(LAB, {"op": "call", "target": target, "args": [q, q, q],
+                                  "kwargs": {"causal": True}}, value=q,
+                            used=used if measured else None)
+
+    plain, short, long, other = call(64, measured=False), call(2048), call(8192), call(512, target="x")
+    assert _smallest_measured([long, plain, short, call(2048), other]) == [plain, short, other]
