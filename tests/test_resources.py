@@ -380,40 +380,6 @@ def test_a_library_the_lab_imports_is_not_its_memory(zygote):
         scratch.cleanup()
 
 
-QUADRATIC_PADDED_WHEN_SHORT = '''
-
-def linear_attention(q, k, v, causal=False, eps=1e-6):
-    """The (L, L) form, right at every length, with CPU time burnt at the short one."""
-    import time
-    out = linear_attention_quadratic(q, k, v, causal=causal, eps=eps)
-    if q.shape[-2] <= 2048:
-        end = time.process_time() + 1.0
-        while time.process_time() < end:
-            pass
-    return out
-'''
-
-
-@pytest.mark.xfail(strict=True, reason="open: a ratio of CPU times can be flattened by burning "
-                   "CPU at the shorter length; needs an absolute bound (e.g. against the "
-                   "reference measured in the same kind of worker)")
-def test_cpu_burnt_at_the_short_length_does_not_pass_the_work_test(rubric, zygote, tmp_path):
-    import shutil
-
-    from grader import paths
-    from helpers import grade
-    lab = "lab6_efficient_attention"
-    sub = tmp_path / "s"
-    sub.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
-        shutil.copyfile(f, sub / f.name)
-    (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + QUADRATIC_PADDED_WHEN_SHORT)
-    result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("hidden",))
-    work = next(t for t in result.lab(lab).tests
-                if t.name == "test_linear_attention_work_grows_linearly")
-    assert not work.passed, work.message
-
-
 def test_a_diagnosis_replays_only_the_smallest_measured_call():
     """Measured calls are large on purpose; the diagnosis keeps the smallest of each target
     (and every ordinary call), so its time budget is not spent replaying L = 8192."""
