@@ -46,10 +46,6 @@ class Measured:
     cpu_s: float
     other_processes: bool
 
-    def to_dict(self) -> dict:
-        return {"peak_bytes": self.peak_bytes, "cpu_s": self.cpu_s,
-                "other_processes": self.other_processes}
-
 
 def _status(pid: int) -> dict[str, int]:
     out = {}
