@@ -676,10 +676,20 @@ def graded_course(tmp_path_factory, rubric):
         print("a line on stderr", file=sys.stderr)
         assert out.sum() == 12345, "a failed check of my own"
         """), outputs=[{"output_type": "stream", "name": "stderr", "text": "stale\n"}]))
-    # The last cell before the tests ends at once; 2.5 s later, while the first test cell runs
-    # (it starts the grader: seconds), a warning is written to fd 2, bypassing sys.stderr.
-    cells.insert(sdpa + 3, _code_cell(
-        'threading.Timer(2.5, lambda: os.write(2, b"UserWarning: a late warning\\n")).start()\n'))
+    # The last cell before the tests ends at once; a thread writes a warning to fd 2, bypassing
+    # sys.stderr, once the first test cell has imported the grader's check (that cell then runs
+    # the grader in a subprocess: seconds). Waiting for the import, not a fixed delay, puts the
+    # warning in a graded cell on a fast machine too (a 2.5 s timer once fired after every
+    # test cell had finished, so the control test below saw no warning).
+    cells.insert(sdpa + 3, _code_cell(textwrap.dedent("""\
+        def _warn_late():
+            import time
+            while "grader.notebooks" not in sys.modules:
+                time.sleep(0.005)
+            time.sleep(0.1)
+            os.write(2, b"UserWarning: a late warning\\n")
+        threading.Thread(target=_warn_late, daemon=True).start()
+        """)))
     students = {
         "alice": alice,
         "bob": release,
