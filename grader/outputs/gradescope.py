@@ -37,6 +37,9 @@ def gradescope_payload(result: SubmissionResult) -> dict:
                 "output": capped(_output_text(t, lab, holders), TEST_OUTPUT_CAP),
                 "output_format": "text",
                 "tags": [lab.name],
+                # the named mistake as data, for the class dashboard (grader.outputs.class_page)
+                **({"extra_data": {"diagnosis": t.diagnosis}}
+                   if t.diagnosis and not t.passed else {}),
             })
     notes = [f"{lab.file}: {lab.message}" for lab in result.labs if lab.message]
     # The whole report stays small whatever the submission did: the tests' outputs first,
