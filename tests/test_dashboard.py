@@ -4,19 +4,16 @@ grouping, escaping, grader faults apart), a batch that writes it, and a real bro
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
 import re
-import signal
-import subprocess
-import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
+from browser import CHROMIUM, SKIP_REASON, dump_dom, screenshot
 from grader.outputs.class_page import (
     ClassView,
     LabInfo,
@@ -32,7 +29,6 @@ from grader.outputs.gradescope import gradescope_payload
 from grader.results import LabResult, SubmissionResult
 from grader.results import TestResult as Outcome     # "Test*": not a pytest class
 
-CHROMIUM = Path("/usr/bin/chromium")
 SOFTMAX = "softmax over the wrong axis: normalise over the keys (dim=-1), not the queries"
 NO_SCALE = "no 1/sqrt(d_k) scaling: divide the scores by sqrt(d_k) before the softmax"
 LAB1, LAB2 = "lab1_attention", "lab2_multihead"
@@ -286,36 +282,12 @@ def test_an_empty_class_says_so():
 
 # ------------------------------------------------------------------- a real browser
 
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason=f"{CHROMIUM} is absent: install Debian's chromium package "
-                                  "(.ci/run does) to check the dashboard in a browser")
-
-
-def chromium(*args: str, timeout_s: float = 300) -> str:
-    """Run headless Chromium on a fresh, empty profile; its stdout. It runs in a session of
-    its own, and that process group alone is killed afterwards (it may leave children)."""
-    with tempfile.TemporaryDirectory(prefix="dashboard-chromium-") as profile:
-        proc = subprocess.Popen(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-             *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)     # our own group only
-            proc.wait()
-    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {err[-2000:]}"
-    return out
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason=SKIP_REASON)
 
 
 def dom_after_load(page: Path) -> Text:
     """What the page shows once a browser has loaded it (the DOM after any script)."""
-    dom = chromium("--dump-dom", page.resolve().as_uri())
-    assert "</html>" in dom, dom[-2000:]
-    return shown(dom)
+    return shown(dump_dom(page))
 
 
 @needs_chromium
@@ -330,8 +302,7 @@ def test_a_browser_shows_the_dashboard_and_no_student_name_runs(tmp_path):
     assert hostile in seen.text("mistakes")              # shown as the name it is
     assert "gil" in seen.text("faults") and "gil" not in seen.text("mistakes")
     assert "15 students" in seen.text("distribution")
-    shot = tmp_path / "shot.png"
-    chromium(f"--screenshot={shot}", "--window-size=1200,1600", page.resolve().as_uri())
+    shot = screenshot(page, tmp_path / "shot.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -301,7 +301,8 @@ def _mistakes(view: ClassView, graded: int) -> str:
             f"({len(m.students)} of {graded}): {_e(m.name)}</strong> "
             f"<span class=\"where\">({_e(m.lab)})</span>"
             + (f'<div class="hint">{_e(m.hint)}</div>' if m.hint else "")
-            + f'<div class="where">seen in: {tests}</div>'
+            + f'<details class="where"><summary>seen in {len(m.tests)} test'
+            f'{"s" if len(m.tests) != 1 else ""}</summary>{tests}</details>'
             f'<div class="who">students: {who}</div></li>')
     return "".join(out) + "</ol></section>"
 
