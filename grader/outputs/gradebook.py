@@ -1,8 +1,10 @@
-"""The class gradebook: grades.csv, summary.json and plots, rebuilt from per-student results.
+"""The class gradebook: grades.csv, summary.json, plots and the class dashboard (class.html,
+``grader.outputs.class_page``), rebuilt from per-student results.
 
 ``build_gradebook`` reads ``OUT/<student>/results.json`` (the Gradescope file that ``grader
-grade`` and ``grader batch`` write) one student at a time and keeps only a small row and
-some counters per student, so a class of any size fits in memory. Every file is written
+grade`` and ``grader batch`` write) one student at a time and keeps only a small row, the
+dashboard's small record and some counters per student, so a class of any size fits in
+memory. Every file is written
 atomically: a killed batch leaves the previous gradebook or the new one, never half of one.
 Nothing here depends on timings, so two runs over the same submissions give the same bytes.
 """

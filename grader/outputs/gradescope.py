@@ -3,7 +3,9 @@
 Each test's output says what failed and the diagnosis; a diagnosis that several failed tests
 of a lab share is written out in full once, in the first public test that has it (a hidden
 test's output shows only after grades are published), and the others name the mistake and
-that test."""
+that test. A failed test's diagnosis is also kept as data, ``tests[].extra_data.diagnosis``
+(the class dashboard groups the class's mistakes by it): the same text the test's output
+carries, so nothing new is shown."""
 
 from __future__ import annotations
 
