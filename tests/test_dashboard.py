@@ -25,7 +25,12 @@ from grader.outputs.class_page import (
     write_class_page,
 )
 from grader.outputs.gradebook import GRADEBOOK_FILES, NOT_GRADED, score_distribution
-from grader.outputs.gradescope import gradescope_payload
+from grader.outputs.gradescope import (
+    MISTAKE_HINT_CAP,
+    MISTAKE_NAME_CAP,
+    MISTAKES_PER_LAB,
+    gradescope_payload,
+)
 from grader.results import LabResult, SubmissionResult
 from grader.results import TestResult as Outcome     # "Test*": not a pytest class
 
@@ -137,18 +142,32 @@ def shown(page: str) -> Text:
 
 # ------------------------------------------------------------------- results.json
 
-def test_results_json_records_each_failed_tests_diagnosis_as_data():
+def test_results_json_keeps_each_labs_mistakes_as_data():
     lab = LabResult(LAB1, "t", "lab1_attention.py", tests=[
         Outcome(LAB1, "test_a", "", "public", 1.0, False, "wrong", diagnosis=SOFTMAX),
-        Outcome(LAB1, "test_b", "", "hidden", 1.0, False, "wrong", diagnosis=SOFTMAX),
-        Outcome(LAB1, "test_c", "", "public", 1.0, False, "wrong"),
-        Outcome(LAB1, "test_d", "", "public", 1.0, True)])
-    tests = gradescope_payload(SubmissionResult("ada", labs=[lab]))["tests"]
-    assert [t.get("extra_data") for t in tests] == [
-        {"diagnosis": SOFTMAX}, {"diagnosis": SOFTMAX}, None, None]
+        Outcome(LAB1, "test_b", "", "hidden", 1.0, False, "wrong", diagnosis=NO_SCALE),
+        Outcome(LAB1, "test_c", "", "hidden", 1.0, False, "wrong", diagnosis=SOFTMAX),
+        Outcome(LAB1, "test_d", "", "public", 1.0, False, "wrong"),
+        Outcome(LAB1, "test_e", "", "public", 1.0, True)])
+    labs = gradescope_payload(SubmissionResult("ada", labs=[lab]))["extra_data"]["labs"]
+    assert labs[LAB1]["mistakes"] == {
+        "softmax over the wrong axis": {"hint": SOFTMAX.split(": ", 1)[1],
+                                        "tests": ["test_a", "test_c"]},
+        "no 1/sqrt(d_k) scaling": {"hint": NO_SCALE.split(": ", 1)[1], "tests": ["test_b"]}}
 
 
-def test_a_record_reads_diagnoses_from_results_json_and_from_older_output_text():
+def test_the_mistakes_kept_are_bounded_whatever_a_result_holds():
+    lab = LabResult(LAB1, "t", "lab1_attention.py", tests=[
+        Outcome(LAB1, f"test_{i}", "", "public", 1.0, False, "x",
+                diagnosis=f"{i}{'n' * 5000}: {'h' * 50_000}") for i in range(200)])
+    mistakes = gradescope_payload(SubmissionResult("ada", labs=[lab]))["extra_data"]["labs"][
+        LAB1]["mistakes"]
+    assert len(mistakes) == MISTAKES_PER_LAB
+    assert all(len(name) <= MISTAKE_NAME_CAP and len(m["hint"]) <= MISTAKE_HINT_CAP
+               for name, m in mistakes.items())
+
+
+def test_a_record_reads_the_mistakes_and_those_of_an_older_results_json():
     lab = LabResult(LAB1, "t", "lab1_attention.py", tests=[
         Outcome(LAB1, "test_a", "", "public", 2.0, False, "wrong", diagnosis=SOFTMAX),
         Outcome(LAB1, "test_b", "", "hidden", 1.0, False, "wrong", diagnosis=SOFTMAX),
@@ -159,10 +178,9 @@ def test_a_record_reads_diagnoses_from_results_json_and_from_older_output_text()
     assert record.labs == {LAB1: 1.0} and record.lab_statuses == {LAB1: "graded"}
     assert record.passed == {f"{LAB1}: test_c"}
     assert record.diagnoses == ((LAB1, "test_a", SOFTMAX), (LAB1, "test_b", SOFTMAX))
-    # results.json written before diagnoses were recorded as data: read from the output,
+    # a results.json written before the mistakes were kept as data: read from the outputs,
     # the full form ("Diagnosis: <name>: <hint> (seen in ...)") and the short one
-    for test in data["tests"]:
-        test.pop("extra_data", None)
+    del data["extra_data"]["labs"][LAB1]["mistakes"]
     old = student_record("ada", data, has_feedback=True)
     assert [(lab, test, d.split(": ")[0]) for lab, test, d in old.diagnoses] == [
         (LAB1, "test_a", "softmax over the wrong axis"),

@@ -104,12 +104,28 @@ def labs_of(rubric: Rubric) -> list[LabInfo]:
             for lab in rubric.labs.values()]
 
 
-def _diagnosis(test: dict) -> str:
-    extra = test.get("extra_data")
-    if isinstance(extra, dict) and extra.get("diagnosis"):
-        return str(extra["diagnosis"])
+def _diagnosis_in_output(test: dict) -> str:
     found = _OLD_DIAGNOSIS.search(str(test.get("output") or ""))
     return found.group(1) if found else ""
+
+
+def _diagnoses(data: dict, labs: dict) -> list[tuple[str, str, str]]:
+    """(lab, test, "<name>: <hint>") of every failed test with a diagnosis: from each lab's
+    ``mistakes`` (grader.outputs.gradescope.lab_mistakes), or, in a results.json written
+    before those were kept, from the tests' outputs."""
+    found = []
+    for lab, entry in labs.items():
+        for name, mistake in ((entry or {}).get("mistakes") or {}).items():
+            hint = str((mistake or {}).get("hint") or "")
+            for test in (mistake or {}).get("tests") or []:
+                found.append((lab, str(test), f"{name}: {hint}" if hint else str(name)))
+    old = {lab for lab, entry in labs.items() if "mistakes" not in (entry or {})}
+    for test in data.get("tests", []):
+        lab, _, name = str(test.get("name", "")).partition(": ")
+        if lab in old and name and test.get("status") != "passed" \
+                and (diagnosis := _diagnosis_in_output(test)):
+            found.append((lab, name, diagnosis))
+    return found
 
 
 def student_record(student: str, data: dict | None, *, has_feedback: bool,
@@ -121,21 +137,15 @@ def student_record(student: str, data: dict | None, *, has_feedback: bool,
                              has_feedback)
     extra = data.get("extra_data") or {}
     labs = extra.get("labs") or {}
-    passed, diagnoses = set(), []
-    for test in data.get("tests", []):
-        name = str(test.get("name", ""))
-        if test.get("status") == "passed":
-            passed.add(name)
-        elif ": " in name and (diagnosis := _diagnosis(test)):
-            lab, test_name = name.split(": ", 1)
-            diagnoses.append((lab, test_name, diagnosis))
     return StudentRecord(
         student=student, status=str(extra.get("status", "ok")),
         total=float(data.get("score", 0.0)),
         max_total=sum(float(t.get("max_score", 0.0)) for t in data.get("tests", [])),
         labs={lab: float((v or {}).get("score", 0.0)) for lab, v in labs.items()},
         lab_statuses={lab: str((v or {}).get("status", "missing")) for lab, v in labs.items()},
-        passed=frozenset(passed), diagnoses=tuple(diagnoses), has_feedback=has_feedback)
+        passed=frozenset(str(t.get("name", "")) for t in data.get("tests", [])
+                         if t.get("status") == "passed"),
+        diagnoses=tuple(_diagnoses(data, labs)), has_feedback=has_feedback)
 
 
 # ------------------------------------------------------------------------------ figures

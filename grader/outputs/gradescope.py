@@ -3,9 +3,10 @@
 Each test's output says what failed and the diagnosis; a diagnosis that several failed tests
 of a lab share is written out in full once, in the first public test that has it (a hidden
 test's output shows only after grades are published), and the others name the mistake and
-that test. A failed test's diagnosis is also kept as data, ``tests[].extra_data.diagnosis``
-(the class dashboard groups the class's mistakes by it): the same text the test's output
-carries, so nothing new is shown."""
+that test. Each lab's diagnosed mistakes are also kept as data, bounded
+(``extra_data.labs.<lab>.mistakes``: name -> hint and the failed tests that showed it), for
+the class dashboard (``grader.outputs.class_page``): the text the tests' outputs carry, so
+nothing new is shown."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from grader.results import LabResult, SubmissionResult, TestResult
 GRADESCOPE_VISIBILITY = {"public": "visible", "hidden": "after_published"}
 TEST_OUTPUT_CAP = 2048          # characters of one test's output
 REPORT_TEXT_CAP = 64 * 1024     # characters of all outputs of one results.json together
+# The mistakes kept as data, per lab: a catalogue's worth of names and hints, however many
+# tests or whatever text a result holds (results.json stays small).
+MISTAKES_PER_LAB = 20
+MISTAKE_NAME_CAP = 80
+MISTAKE_HINT_CAP = 240
 
 
 
@@ -39,9 +45,6 @@ def gradescope_payload(result: SubmissionResult) -> dict:
                 "output": capped(_output_text(t, lab, holders), TEST_OUTPUT_CAP),
                 "output_format": "text",
                 "tags": [lab.name],
-                # the named mistake as data, for the class dashboard (grader.outputs.class_page)
-                **({"extra_data": {"diagnosis": t.diagnosis}}
-                   if t.diagnosis and not t.passed else {}),
             })
     notes = [f"{lab.file}: {lab.message}" for lab in result.labs if lab.message]
     # The whole report stays small whatever the submission did: the tests' outputs first,
@@ -61,9 +64,28 @@ def gradescope_payload(result: SubmissionResult) -> dict:
         "tests": tests,
         "extra_data": {"labs": {lab.name: {"score": round(lab.score, 4),
                                            "max_score": round(lab.max_score, 4),
-                                           "status": lab.status} for lab in result.labs},
+                                           "status": lab.status,
+                                           "mistakes": lab_mistakes(lab)}
+                                for lab in result.labs},
                        "status": result.status},
     }
+
+
+def lab_mistakes(lab: LabResult) -> dict[str, dict]:
+    """The lab's diagnosed mistakes: name -> {"hint", "tests": failed tests that showed it},
+    in the order the tests first show them; at most MISTAKES_PER_LAB, names and hints cut."""
+    found: dict[str, dict] = {}
+    for t in lab.tests:
+        if t.passed or not t.diagnosis:
+            continue
+        name = capped(diagnosis_name(t.diagnosis), MISTAKE_NAME_CAP)
+        if name not in found:
+            if len(found) == MISTAKES_PER_LAB:
+                continue
+            hint = t.diagnosis.split(": ", 1)[1].strip() if ": " in t.diagnosis else ""
+            found[name] = {"hint": capped(hint, MISTAKE_HINT_CAP), "tests": []}
+        found[name]["tests"].append(t.name)
+    return found
 
 
 def _hint_holders(lab: LabResult) -> dict[str, tuple[TestResult, int]]:
