@@ -45,7 +45,7 @@ def cmd_batch(args) -> int:
                   f"min {points(summary.min)}, max {points(summary.max)} "
                   f"(out of {points(summary.max_total)})")
         print(f"Wrote {summary.files['grades_csv']}, {Path(summary.files['summary_json']).name}"
-              " and the plots")
+              ", the plots and class.html (the class dashboard)")
     if summary.internal_errors:
         print(f"{summary.internal_errors} student(s) hit a grader error; run the batch again "
               "to retry them", file=sys.stderr)

@@ -1,8 +1,10 @@
-"""The class gradebook: grades.csv, summary.json and plots, rebuilt from per-student results.
+"""The class gradebook: grades.csv, summary.json, plots and the class dashboard (class.html,
+``grader.outputs.class_page``), rebuilt from per-student results.
 
 ``build_gradebook`` reads ``OUT/<student>/results.json`` (the Gradescope file that ``grader
-grade`` and ``grader batch`` write) one student at a time and keeps only a small row and
-some counters per student, so a class of any size fits in memory. Every file is written
+grade`` and ``grader batch`` write) one student at a time and keeps only a small row, the
+dashboard's small record and some counters per student, so a class of any size fits in
+memory. Every file is written
 atomically: a killed batch leaves the previous gradebook or the new one, never half of one.
 Nothing here depends on timings, so two runs over the same submissions give the same bytes.
 """
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_open, atomic_write_text
+from grader.outputs.class_page import ClassView, is_grader_fault, labs_of, student_record
+from grader.outputs.class_page import write_class_page
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric
 
@@ -23,7 +27,8 @@ HISTOGRAM_BINS = 20            # bins below the maximum, at most (full marks get
 POINT_DECIMALS = 2           # points in summary.json (means, medians, edges): 63.33, not 63.3333
 RATE_DECIMALS = 4            # pass rates, fractions of the class: 0.8333 (83.33%)
 # What build_gradebook writes into OUT (a student may not have one of these names).
-GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png")
+GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png",
+                   "class.html")
 NOT_GRADED = "not graded (the batch stopped before this student; run it again)"
 
 
@@ -194,7 +199,8 @@ def score_distribution(totals: list[float], max_total: float) -> dict:
 
 def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
                     plots: bool = True) -> Gradebook:
-    """Write grades.csv, summary.json and the plots from ``out/<student>/results.json``.
+    """Write grades.csv, summary.json, the plots and the class dashboard (class.html,
+    ``grader.outputs.class_page``) from ``out/<student>/results.json``.
 
     ``students`` fixes the rows and their order; a student without a readable results.json
     gets a zero row whose status says so.
@@ -203,6 +209,7 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     lab_names = list(rubric.labs)
     tally = _Tally(rubric)
     not_ok = 0
+    records = []                  # the dashboard's, one small record per student
     # backslashreplace: a student id that is not valid UTF-8 (a raw file name) stays readable
     with atomic_open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace",
                      newline="") as fh:
@@ -217,12 +224,19 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
                 row = row_from_results(student, data, lab_names)
             not_ok += row.status != "ok"
             tally.add(row, data)
+            records.append(student_record(
+                student, data, has_feedback=(out / student / "feedback.html").is_file(),
+                max_total=rubric.max_points, missing=NOT_GRADED))
             writer.writerow([row.student, *(number(row.labs[lab]) for lab in lab_names),
                              number(row.total), number(row.max_total),
                              status_text(row, data, lab_names)])
     summary = tally.summary()
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     files = {"grades_csv": out / "grades.csv", "summary_json": out / "summary.json"}
+    counted = [r.total for r in records if not is_grader_fault(r.status)]
+    files["class_html"] = write_class_page(ClassView(
+        labs=labs_of(rubric), students=records, max_total=rubric.max_points,
+        score=score_distribution(counted, rubric.max_points)), out / "class.html")
     if plots:
         files["score_histogram"] = plot_score_histogram(summary, out / "score_histogram.png")
         files["test_pass_rates"] = plot_test_pass_rates(summary, out / "test_pass_rates.png")

@@ -3,7 +3,10 @@
 Each test's output says what failed and the diagnosis; a diagnosis that several failed tests
 of a lab share is written out in full once, in the first public test that has it (a hidden
 test's output shows only after grades are published), and the others name the mistake and
-that test."""
+that test. Each lab's diagnosed mistakes are also kept as data, bounded
+(``extra_data.labs.<lab>.mistakes``: name -> hint and the failed tests that showed it), for
+the class dashboard (``grader.outputs.class_page``): the text the tests' outputs carry, so
+nothing new is shown."""
 
 from __future__ import annotations
 
@@ -18,6 +21,11 @@ from grader.results import LabResult, SubmissionResult, TestResult
 GRADESCOPE_VISIBILITY = {"public": "visible", "hidden": "after_published"}
 TEST_OUTPUT_CAP = 2048          # characters of one test's output
 REPORT_TEXT_CAP = 64 * 1024     # characters of all outputs of one results.json together
+# The mistakes kept as data, per lab: a catalogue's worth of names and hints, however many
+# tests or whatever text a result holds (results.json stays small).
+MISTAKES_PER_LAB = 20
+MISTAKE_NAME_CAP = 80
+MISTAKE_HINT_CAP = 240
 
 
 
@@ -56,9 +64,28 @@ def gradescope_payload(result: SubmissionResult) -> dict:
         "tests": tests,
         "extra_data": {"labs": {lab.name: {"score": round(lab.score, 4),
                                            "max_score": round(lab.max_score, 4),
-                                           "status": lab.status} for lab in result.labs},
+                                           "status": lab.status,
+                                           "mistakes": lab_mistakes(lab)}
+                                for lab in result.labs},
                        "status": result.status},
     }
+
+
+def lab_mistakes(lab: LabResult) -> dict[str, dict]:
+    """The lab's diagnosed mistakes: name -> {"hint", "tests": failed tests that showed it},
+    in the order the tests first show them; at most MISTAKES_PER_LAB, names and hints cut."""
+    found: dict[str, dict] = {}
+    for t in lab.tests:
+        if t.passed or not t.diagnosis:
+            continue
+        name = capped(diagnosis_name(t.diagnosis), MISTAKE_NAME_CAP)
+        if name not in found:
+            if len(found) == MISTAKES_PER_LAB:
+                continue
+            hint = t.diagnosis.split(": ", 1)[1].strip() if ": " in t.diagnosis else ""
+            found[name] = {"hint": capped(hint, MISTAKE_HINT_CAP), "tests": []}
+        found[name]["tests"].append(t.name)
+    return found
 
 
 def _hint_holders(lab: LabResult) -> dict[str, tuple[TestResult, int]]:
