@@ -616,6 +616,14 @@ def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
         assert_true(got[name]["raised"] is False and isinstance(change, float),
                     f"{what}[{name!r}] is defined at every position: raised False and a Python "
                     "float max_weight_change")
+        if name in ("rope", "alibi"):
+            assert_true(abs(change) <= tol.atol,
+                        f"{what}[{name!r}]['max_weight_change'] is {change}: under {name} the "
+                        "scores depend on positions only through their differences, which are "
+                        "the same at both placements, so the weights must not move",
+                        hidden=f"{what}[{name!r}]['max_weight_change'] is not (nearly) 0: under "
+                               f"{name} the scores depend on positions only through their "
+                               "differences, which are the same at both placements")
         assert_true(abs(change - expected[name]) <= tol.atol + tol.rtol * abs(expected[name]),
                     f"{what}[{name!r}]['max_weight_change'] is {change}, expected "
                     f"{expected[name]} (the largest change of any attention weight between "
