@@ -79,6 +79,7 @@ EXPECTED = {
     "bug_feature_map_not_positive": "feature_map_not_positive",
     "bug_prefix_sum_exclusive": "prefix_sum_exclusive",
     # lab 7: relative positions (RoPE, ALiBi)
+    "bug_rope_angles_float32": "rope_angles_float32",
     "bug_rope_rotate_half": "rope_rotate_half",
     "bug_rope_frequencies": "rope_frequencies_exponent",
     "bug_alibi_slopes_reversed": "alibi_slopes_reversed",
@@ -768,7 +769,8 @@ def test_heatmaps_are_drawn_large_enough_to_read(rows, cols):
 def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
     """Lab 7's wrong implementations, every switch off, give the reference's values; each
     switch on changes them (a mistake that changed nothing could never be named)."""
-    from grader.mistakes.lab7_relative_positions import bias, frequencies, rope, scores, slopes
+    from grader.mistakes.lab7_relative_positions import (
+        bias, comparison, frequencies, rope, scores, slopes)
     from grader.engine.reference import load_reference
 
     ref = load_reference("lab7_relative_positions")
@@ -781,6 +783,12 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
     assert torch.equal(scores(q, k, positions[..., :4], positions[..., 1:]),
                        ref.rope_scores(q, k, positions[..., :4], positions[..., 1:]))
     assert not torch.allclose(rope(x, positions, pairing="rotate_half"), ref.apply_rope(x, positions))
+    for angles_in in ("float32", "float32_all"):
+        assert not torch.allclose(rope(x, positions, angles_in=angles_in), ref.apply_rope(x, positions),
+                                  atol=1e-6, rtol=0)
+    cq, ck = x[0, 0], x[1, 0]
+    for heads in (3, 4):
+        assert comparison(cq, ck, 8, 1000, heads) == ref.extrapolation_comparison(cq, ck, 8, 1000, heads)
     for exponent in ("i", "4i"):
         assert not torch.allclose(frequencies(8, exponent=exponent), ref.rope_frequencies(8))
     for heads in (1, 3, 6, 8, 12):

@@ -34,11 +34,17 @@ def frequencies(d_head, base=10000.0, dtype=torch.float32, *, exponent="2i"):
     return torch.pow(float(base), -EXPONENTS[exponent] * i / d_head).to(dtype)
 
 
-def rope(x, positions, base=10000.0, *, pairing="interleaved", exponent="2i"):
+def rope(x, positions, base=10000.0, *, pairing="interleaved", exponent="2i", angles_in="x"):
     """apply_rope; pairing "rotate_half": feature i is paired with i + d_head / 2 (the
-    GPT-NeoX / Hugging Face layout) instead of 2i with 2i + 1."""
-    theta = frequencies(x.size(-1), base, dtype=x.dtype, exponent=exponent)
-    angles = positions.to(x.dtype).unsqueeze(-1) * theta
+    GPT-NeoX / Hugging Face layout) instead of 2i with 2i + 1. angles_in "float32": theta
+    and the angles in float32 whatever x's dtype (rope_frequencies called without dtype=),
+    the products with x promoted back to x's dtype; "float32_all": the whole rotation in
+    float32, cast back at the end (x.float() ... .type_as(x), as LLaMA's code writes it)."""
+    if angles_in == "float32_all" and x.dtype != torch.float32:
+        return rope(x.float(), positions, base, pairing=pairing, exponent=exponent).to(x.dtype)
+    dtype = torch.float32 if angles_in == "float32" else x.dtype
+    theta = frequencies(x.size(-1), base, dtype=dtype, exponent=exponent)
+    angles = positions.to(dtype).unsqueeze(-1) * theta
     cos, sin = torch.cos(angles), torch.sin(angles)
     if pairing == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]
@@ -52,6 +58,38 @@ def scores(q, k, q_positions, k_positions, base=10000.0, **switches):
     """rope_scores from the ``rope`` above."""
     q_rot, k_rot = rope(q, q_positions, base, **switches), rope(k, k_positions, base, **switches)
     return q_rot @ k_rot.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, **rope_switches):
+    """The reference extrapolation_comparison with RoPE from ``scores`` above (its "rope"
+    entry is what a student's own rope_scores makes of it)."""
+    width, d_head = q.shape
+    if width > train_len or offset + width <= train_len:
+        raise ValueError("the window must fit in train_len and reach past it")
+    scale = 1.0 / math.sqrt(d_head)
+    inside = torch.arange(width)
+
+    def sinusoidal(positions):
+        two_i = torch.arange(0, d_head, 2, dtype=torch.float64)
+        angles = positions.to(torch.float64).unsqueeze(1) * torch.pow(float(base), -two_i / d_head)
+        pe = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).flatten(-2).to(q.dtype)
+        return (q + pe) @ (k + pe).T * scale
+
+    def rotary(positions):
+        return scores(q, k, positions, positions, base, **rope_switches)
+
+    alibi_slope = slopes(num_heads).to(q.dtype).view(-1, 1, 1)
+
+    def alibi(positions):
+        distance = (positions.unsqueeze(1) - positions.unsqueeze(0)).abs().to(q.dtype)
+        return q @ k.T * scale - alibi_slope * distance
+
+    report = {"learned": {"raised": True, "max_weight_change": None}}
+    for name, scores_at in (("sinusoidal", sinusoidal), ("rope", rotary), ("alibi", alibi)):
+        before = torch.softmax(scores_at(inside), dim=-1)
+        after = torch.softmax(scores_at(inside + offset), dim=-1)
+        report[name] = {"raised": False, "max_weight_change": float((after - before).abs().max())}
+    return {name: report[name] for name in ("sinusoidal", "learned", "rope", "alibi")}
 
 
 def slopes(num_heads, *, reverse=False, any_n=False):
@@ -108,7 +146,23 @@ def mistakes():
         wrong_bias = {"alibi_bias": functools.partial(bias, **switches)}
         return [impl(**wrong_slopes, **wrong_bias), impl(**wrong_slopes), impl(**wrong_bias)]
 
+    def float32_angles(angles_in):
+        """Angles in float32 reach apply_rope, rope_scores and the comparison's RoPE."""
+        return impl(apply_rope=functools.partial(rope, angles_in=angles_in),
+                    rope_scores=functools.partial(scores, angles_in=angles_in),
+                    extrapolation_comparison=functools.partial(comparison, angles_in=angles_in))
+
     return [
+        # Before the shared float32 rules: with few positions the same mistake is only
+        # float32-precise (float32_precision's case), far out it is not; the name must not
+        # change with the test.
+        Replay(id="rope_angles_float32", name="RoPE angles computed in float32",
+               hint="position * theta_i must be computed in x's dtype: an angle near 10^5 "
+                    "keeps only ~3 decimals in float32 (rope_frequencies(d) without "
+                    "dtype=x.dtype, or x.float()), so float64 inputs lose the accuracy the "
+                    "contract promises and the shift property fails far out; pass "
+                    "dtype=x.dtype and positions.to(x.dtype)",
+               variants=[float32_angles("float32"), float32_angles("float32_all")]),
         FLOAT32_CAST,
         FLOAT32_PRECISION,
         Replay(id="rope_rotate_half", name="RoPE pairs rotate-half, not interleaved",
