@@ -30,8 +30,8 @@ pair feature i with feature i + d_head / 2, the "rotate-half" layout; it is a di
 function with the same property, and weights trained under one do not work under the other.
 This lab follows the paper: interleaved pairs.)
 
-Precision: in float32 an angle m * theta_0 = m keeps about 7 significant digits; at
-m = 100000 that is an error of ~0.004 radians.  The maths is exactly shift-invariant; float32
+Precision: float32 keeps about 7 significant digits, so an angle m * theta_i near 100000
+radians is known only to ~0.004 radians.  The maths is exactly shift-invariant; float32
 arithmetic far out is not.  apply_rope computes its angles in x's dtype, so float64 in gives
 float64 accuracy (tests of the property at large positions run in float64).
 

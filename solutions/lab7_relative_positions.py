@@ -29,8 +29,8 @@ pair feature i with feature i + d_head / 2, the "rotate-half" layout; it is a di
 function with the same property, and weights trained under one do not work under the other.
 This lab follows the paper: interleaved pairs.)
 
-Precision: in float32 an angle m * theta_0 = m keeps about 7 significant digits; at
-m = 100000 that is an error of ~0.004 radians.  The maths is exactly shift-invariant; float32
+Precision: float32 keeps about 7 significant digits, so an angle m * theta_i near 100000
+radians is known only to ~0.004 radians.  The maths is exactly shift-invariant; float32
 arithmetic far out is not.  apply_rope computes its angles in x's dtype, so float64 in gives
 float64 accuracy (tests of the property at large positions run in float64).
 
@@ -197,16 +197,16 @@ def extrapolation_comparison(q, k, train_len, offset, num_heads=4, base=10000.0)
         distance = (positions.unsqueeze(1) - positions.unsqueeze(0)).abs().to(q.dtype)
         return q @ k.T * scale - slopes * distance                      # (H, W, W)
 
-    report = {}
+    changes = {}
     for name, scores in (("sinusoidal", sinusoidal), ("learned", learned),
                          ("rope", rope), ("alibi", alibi)):
         try:
             before = torch.softmax(scores(inside), dim=-1)
             after = torch.softmax(scores(past), dim=-1)
         except IndexError:
-            report[name] = {"raised": True, "max_weight_change": None}
+            changes[name] = {"raised": True, "max_weight_change": None}
             continue
-        report[name] = {"raised": False,
+        changes[name] = {"raised": False,
                         "max_weight_change": float((after - before).abs().max())}
-    return report
+    return changes
     # END SOLUTION

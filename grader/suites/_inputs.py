@@ -574,10 +574,11 @@ def weight_change64(scores_at, width, offset):
 @memoized  # the same for every submission: computed once per grading process
 def extrapolation_reference(q, k, offset, num_heads=4, base=10000.0):
     """The max_weight_change extrapolation_comparison should report for "sinusoidal",
-    "rope" and "alibi" (float64, from the grader's own RoPE, ALiBi and sinusoidal code)."""
+    "rope" and "alibi", in that order: a tuple of floats (float64, from the grader's own
+    RoPE, ALiBi and sinusoidal code)."""
     q64, k64 = q.double(), k.double()
-    width, d_head = q.shape
-    scale = 1.0 / math.sqrt(d_head)
+    width, d_head = q.size(0), q.size(1)
+    scale = d_head ** -0.5
 
     def sinusoidal(pos):
         pe = sinusoidal_at64(pos, d_head, base)
@@ -590,8 +591,7 @@ def extrapolation_reference(q, k, offset, num_heads=4, base=10000.0):
         distance = (pos[:, None] - pos[None, :]).abs().to(torch.float64)
         return q64 @ k64.T * scale - slopes64(num_heads)[:, None, None] * distance
 
-    return {name: weight_change64(fn, width, offset)
-            for name, fn in (("sinusoidal", sinusoidal), ("rope", rope), ("alibi", alibi))}
+    return tuple(weight_change64(fn, width, offset) for fn in (sinusoidal, rope, alibi))
 
 
 def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
@@ -610,7 +610,8 @@ def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
     assert_true(got["learned"]["raised"] is True and got["learned"]["max_weight_change"] is None,
                 f"{what}['learned']: a table of train_len rows has no row for a position past "
                 "train_len: the lookup must raise (raised True, max_weight_change None)")
-    expected = extrapolation_reference(q, k, offset, num_heads)
+    expected = dict(zip(("sinusoidal", "rope", "alibi"), extrapolation_reference(q, k, offset, num_heads),
+                        strict=True))
     for name in ("sinusoidal", "rope", "alibi"):
         change = got[name]["max_weight_change"]
         assert_true(got[name]["raised"] is False and isinstance(change, float),

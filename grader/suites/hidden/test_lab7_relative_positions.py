@@ -67,18 +67,26 @@ def test_rope_scores_batched_positions_far_out(student, tol, gen):
                  axes=("batch", "heads", "seq_q", "seq_k"))
 
 
-def test_alibi_slopes_many_head_counts(student, tol):
-    """Slopes for 1, 2, 3, 5, 16 and 24 heads: powers of two and the interleaved rest."""
-    for heads in (1, 2, 3, 5, 16, 24):
+def draw(gen, low, high):
+    """An int in [low, high), drawn from the test's (course-secret-seeded) generator."""
+    return int(torch.randint(low, high, (1,), generator=gen))
+
+
+def test_alibi_slopes_many_head_counts(student, tol, gen):
+    """Slopes for 1, 2 and 3 heads and for head counts drawn up to 40: powers of two and
+    the interleaved rest."""
+    for heads in (1, 2, 3, draw(gen, 5, 8), draw(gen, 9, 16), draw(gen, 17, 40)):
         got = student.call("alibi_slopes", heads)
         assert_close(got, alibi_slopes_reference(heads), tol=tol, name=f"alibi_slopes({heads})",
                      axes=("head",))
 
 
-def test_alibi_bias_more_queries_than_keys(student, tol):
+def test_alibi_bias_more_queries_than_keys(student, tol, gen):
     """seq_q > seq_k puts the first queries before every key (position i + seq_k - seq_q < 0:
     the distance still counts); one query over one key has bias 0."""
-    for heads, seq_q, seq_k in ((3, 6, 4), (2, 1, 1), (5, 2, 9)):
+    many = draw(gen, 5, 10)                  # queries, over fewer keys
+    for heads, seq_q, seq_k in ((draw(gen, 3, 13), many, draw(gen, 2, many)), (2, 1, 1),
+                                (draw(gen, 3, 13), 2, draw(gen, 6, 13))):
         got = student.call("alibi_bias", heads, seq_q, seq_k)
         assert_close(got, alibi_bias_reference(heads, seq_q, seq_k), tol=tol,
                      name=f"alibi_bias({heads}, {seq_q}, {seq_k})", axes=("heads", "seq_q", "seq_k"))
@@ -88,7 +96,7 @@ def test_extrapolation_comparison_far_out_and_checks(student, tol, gen):
     """Six tokens moved about 10^5 positions past a training length of 32, six ALiBi heads;
     a window that does not reach past train_len, or does not fit in it, is a ValueError."""
     q, k = randn(gen, 6, 12, dtype=torch.float64), randn(gen, 6, 12, dtype=torch.float64)
-    offset = 100_000 + int(torch.randint(0, 1000, (1,), generator=gen))
+    offset = 100_000 + draw(gen, 0, 1000)
     got = student.call("extrapolation_comparison", q, k, 32, offset, num_heads=6)
     check_extrapolation_report(got, q, k, 32, offset, 6, tol)
     for train_len, offset in ((32, 26), (4, 100)):      # 26 + 6 <= 32; 6 tokens > 4
