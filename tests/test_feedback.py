@@ -78,6 +78,14 @@ EXPECTED = {
     "bug_window_off_by_one": "window_off_by_one",
     "bug_feature_map_not_positive": "feature_map_not_positive",
     "bug_prefix_sum_exclusive": "prefix_sum_exclusive",
+    # lab 7: relative positions (RoPE, ALiBi)
+    "bug_rope_angles_float32": "rope_angles_float32",
+    "bug_rope_rotate_half": "rope_rotate_half",
+    "bug_rope_frequencies": "rope_frequencies_exponent",
+    "bug_alibi_slopes_reversed": "alibi_slopes_reversed",
+    "bug_alibi_slopes_any_n": "alibi_slopes_power_of_two_formula",
+    "bug_alibi_sign": "alibi_bias_sign",
+    "bug_alibi_top_left": "alibi_offset_top_left",
 }
 # bug_ fixtures whose mistake is no catalogued value mistake: a forbidden API (the lab's
 # status), the full score matrix built (right values; the resource tests take its points)
@@ -756,3 +764,38 @@ def test_heatmaps_are_drawn_large_enough_to_read(rows, cols):
                      rf'height="{image.height}"', page)
     assert "image-rendering: pixelated" in page
     assert parse(page).rows[0]["imgs"], "the picture belongs to its test"
+
+
+def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
+    """Lab 7's wrong implementations, every switch off, give the reference's values; each
+    switch on changes them (a mistake that changed nothing could never be named)."""
+    from grader.mistakes.lab7_relative_positions import (
+        bias, comparison, frequencies, rope, scores, slopes)
+    from grader.engine.reference import load_reference
+
+    ref = load_reference("lab7_relative_positions")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64)
+    q, k = x[..., :4, :], x[..., 1:, :]
+    positions = torch.randint(0, 10**5, (2, 1, 5), generator=g)
+    assert torch.equal(frequencies(8), ref.rope_frequencies(8))
+    assert torch.equal(rope(x, positions), ref.apply_rope(x, positions))
+    assert torch.equal(scores(q, k, positions[..., :4], positions[..., 1:]),
+                       ref.rope_scores(q, k, positions[..., :4], positions[..., 1:]))
+    assert not torch.allclose(rope(x, positions, pairing="rotate_half"), ref.apply_rope(x, positions))
+    for angles_in in ("float32", "float32_all"):
+        assert not torch.allclose(rope(x, positions, angles_in=angles_in), ref.apply_rope(x, positions),
+                                  atol=1e-6, rtol=0)
+    cq, ck = x[0, 0], x[1, 0]
+    for heads in (3, 4):
+        assert comparison(cq, ck, 8, 1000, heads) == ref.extrapolation_comparison(cq, ck, 8, 1000, heads)
+    for exponent in ("i", "4i"):
+        assert not torch.allclose(frequencies(8, exponent=exponent), ref.rope_frequencies(8))
+    for heads in (1, 3, 6, 8, 12):
+        assert torch.equal(slopes(heads), ref.alibi_slopes(heads))
+        for seq_q, seq_k in ((4, 4), (2, 7), (6, 3)):
+            assert torch.equal(bias(heads, seq_q, seq_k), ref.alibi_bias(heads, seq_q, seq_k))
+    assert not torch.equal(slopes(6, reverse=True), ref.alibi_slopes(6))
+    assert not torch.equal(slopes(6, any_n=True), ref.alibi_slopes(6))
+    assert not torch.equal(bias(2, 3, 3, sign=1.0), ref.alibi_bias(2, 3, 3))
+    assert not torch.equal(bias(2, 2, 5, top_left=True), ref.alibi_bias(2, 2, 5))

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from grader.engine.compare import assert_true
 from grader.engine.memo import memoized
 from grader.suites._snapshot import reference
 
@@ -482,3 +483,151 @@ def kernel_attention64(q, k, v, causal=False, eps=1e-6):
 def linear_reference(q, k, v, causal=False, eps=1e-6):
     """Expected linear_attention (and linear_attention_quadratic), in q's dtype."""
     return kernel_attention64(q, k, v, causal, eps).to(q.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# lab 7: relative positions (RoPE, ALiBi)
+# --------------------------------------------------------------------------------------------
+
+
+def theta64(d_head, base=10000.0):
+    """RoPE frequencies base ** (-2i / d_head), i = 0..d_head/2 - 1, in float64."""
+    return float(base) ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+
+
+def rope64(x, positions, base=10000.0):
+    """RoPE in float64 by complex numbers (independently of the lab's real-valued form):
+    pair (x[2i], x[2i+1]) is x[2i] + j x[2i+1], multiplied by exp(j * position * theta_i)."""
+    x64 = x.double()
+    pairs = torch.view_as_complex(x64.reshape(*x64.shape[:-1], -1, 2).contiguous())
+    angles = positions.to(torch.float64).unsqueeze(-1) * theta64(x.size(-1), base)
+    return torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+
+
+@reference  # the labs' answers: a release has stored values instead
+def rope_frequencies_reference(d_head, base=10000.0, dtype="float32"):
+    """Expected rope_frequencies(d_head, base) in ``dtype`` ("float32" | "float64")."""
+    return theta64(d_head, base).to(getattr(torch, dtype))
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def rope_reference(x, positions, base=10000.0):
+    """Expected apply_rope(x, positions, base), in x's dtype."""
+    return rope64(x, positions, base).to(x.dtype)
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def rope_scores_reference(q, k, q_positions, k_positions, base=10000.0):
+    """Expected rope_scores: rotated queries and keys, scaled dot product, in q's dtype."""
+    scores = rope64(q, q_positions, base) @ rope64(k, k_positions, base).transpose(-2, -1)
+    return (scores / math.sqrt(q.size(-1))).to(q.dtype)
+
+
+def slopes64(num_heads):
+    """ALiBi slopes as Press et al. write them: a geometric sequence from 2 ** (-8 / n) for a
+    power of two n; otherwise the closest smaller power of two's, then every other one of
+    the next power of two's. float64 (num_heads,)."""
+    def geometric(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start ** h for h in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        return torch.tensor(geometric(num_heads), dtype=torch.float64)
+    m = 2 ** math.floor(math.log2(num_heads))
+    rest = slopes64(2 * m)[0::2][: num_heads - m]
+    return torch.cat([torch.tensor(geometric(m), dtype=torch.float64), rest])
+
+
+@reference  # the labs' answers: a release has stored values instead
+def alibi_slopes_reference(num_heads):
+    """Expected alibi_slopes(num_heads): float32 (num_heads,)."""
+    return slopes64(num_heads).to(torch.float32)
+
+
+@reference  # the labs' answers: a release has stored values instead
+def alibi_bias_reference(num_heads, seq_q, seq_k):
+    """Expected alibi_bias: float32 (num_heads, seq_q, seq_k), -slope_h * distance, the
+    queries being the last seq_q of seq_k positions."""
+    distance = (torch.arange(seq_q, dtype=torch.float64)[:, None] + (seq_k - seq_q)
+                - torch.arange(seq_k, dtype=torch.float64)[None, :]).abs()
+    # + 0.0 turns the -0.0 at distance 0 into 0.0, so a failure message reads "expected 0"
+    return (-slopes64(num_heads)[:, None, None] * distance + 0.0).to(torch.float32)
+
+
+def sinusoidal_at64(positions, d_model, base=10000.0):
+    """Lab 3's sinusoidal encoding at the given positions only (no table from 0), float64."""
+    angles = positions.to(torch.float64)[:, None] * theta64(d_model, base)[None, :]
+    return torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).flatten(-2)
+
+
+def weight_change64(scores_at, width, offset):
+    """max |softmax(scores_at(past)) - softmax(scores_at(inside))| over every entry."""
+    inside = torch.arange(width)
+    before = torch.softmax(scores_at(inside), dim=-1)
+    after = torch.softmax(scores_at(inside + offset), dim=-1)
+    return float((after - before).abs().max())
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def extrapolation_reference(q, k, offset, num_heads=4, base=10000.0):
+    """The max_weight_change extrapolation_comparison should report for "sinusoidal",
+    "rope" and "alibi", in that order: a tuple of floats (float64, from the grader's own
+    RoPE, ALiBi and sinusoidal code)."""
+    q64, k64 = q.double(), k.double()
+    width, d_head = q.size(0), q.size(1)
+    scale = d_head ** -0.5
+
+    def sinusoidal(pos):
+        pe = sinusoidal_at64(pos, d_head, base)
+        return (q64 + pe) @ (k64 + pe).T * scale
+
+    def rope(pos):
+        return rope64(q64, pos, base) @ rope64(k64, pos, base).T * scale
+
+    def alibi(pos):
+        distance = (pos[:, None] - pos[None, :]).abs().to(torch.float64)
+        return q64 @ k64.T * scale - slopes64(num_heads)[:, None, None] * distance
+
+    return tuple(weight_change64(fn, width, offset) for fn in (sinusoidal, rope, alibi))
+
+
+def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
+    """The extension's report: its layout, the learned table raising, RoPE and ALiBi not
+    moving, the sinusoidal change as the grader computes it (messages without values)."""
+    what = f"extrapolation_comparison(q, k, train_len={train_len}, offset={offset})"
+    schemes = ("sinusoidal", "learned", "rope", "alibi")
+    assert_true(isinstance(got, dict) and set(got) == set(schemes),
+                f"{what} must return a dict with the keys {', '.join(schemes)}")
+    for name in schemes:
+        entry = got[name]
+        assert_true(isinstance(entry, dict) and set(entry) == {"raised", "max_weight_change"},
+                    f"{what}[{name!r}] must be a dict with the keys 'raised' and "
+                    "'max_weight_change'")
+        assert_true(isinstance(entry["raised"], bool), f"{what}[{name!r}]['raised'] must be a bool")
+    assert_true(got["learned"]["raised"] is True and got["learned"]["max_weight_change"] is None,
+                f"{what}['learned']: a table of train_len rows has no row for a position past "
+                "train_len: the lookup must raise (raised True, max_weight_change None)")
+    expected = dict(zip(("sinusoidal", "rope", "alibi"), extrapolation_reference(q, k, offset, num_heads),
+                        strict=True))
+    for name in ("sinusoidal", "rope", "alibi"):
+        change = got[name]["max_weight_change"]
+        assert_true(got[name]["raised"] is False and isinstance(change, float),
+                    f"{what}[{name!r}] is defined at every position: raised False and a Python "
+                    "float max_weight_change")
+        if name in ("rope", "alibi"):
+            assert_true(abs(change) <= tol.atol,
+                        f"{what}[{name!r}]['max_weight_change'] is {change}: under {name} the "
+                        "scores depend on positions only through their differences, which are "
+                        "the same at both placements, so the weights must not move",
+                        hidden=f"{what}[{name!r}]['max_weight_change'] is not (nearly) 0: under "
+                               f"{name} the scores depend on positions only through their "
+                               "differences, which are the same at both placements")
+        assert_true(abs(change - expected[name]) <= tol.atol + tol.rtol * abs(expected[name]),
+                    f"{what}[{name!r}]['max_weight_change'] is {change}, expected "
+                    f"{expected[name]} (the largest change of any attention weight between "
+                    "the two placements)",
+                    hidden=f"{what}[{name!r}]['max_weight_change'] is not the largest change of "
+                           "any attention weight between the two placements")
