@@ -98,3 +98,8 @@ class RunnerError(GraderFault, RuntimeError):
 
 class BatchError(GraderFault, RuntimeError):
     """The batch itself cannot go on (e.g. no grading process could start)."""
+
+
+class CourseMismatch(UsageError):
+    """A Dask worker of ``grader batch --scheduler`` has another course (rubric, suites,
+    course secret, solutions or grader code) than the client: its grades would differ."""

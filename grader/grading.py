@@ -178,8 +178,22 @@ class Grader:
                                   name=name or submission.stem)
         started = time.monotonic()
         clean = sanitize(submission, self.rubric, list(self.rubric.labs))
+        return self.grade_sanitized(clean, labs=labs, visibility=visibility,
+                                    name=name or submission.name, started=started)
+
+    def grade_sanitized(self, clean: Sanitized, *, name: str, labs: list[str] | None = None,
+                        visibility: tuple[str, ...] | None = None,
+                        started: float | None = None) -> SubmissionResult:
+        """Grade lab sources that ``intake.sanitize`` already read, with this Grader's
+        rubric (every lab: a lab may import another): ``grade`` is sanitize, then this.
+        A batch on a Dask cluster sanitizes on its client and grades here on a worker
+        (``grader.batch.cluster``), so both give the same result for the same files.
+        ``started``: when the grading began (``time.monotonic()``), for execution_time."""
+        started = time.monotonic() if started is None else started
+        labs = self._labs(labs)
+        visibility = tuple(visibility or self.visibility)
         plan = self.call_plan(labs, visibility) if self.send_ahead else None
-        result = self._grade_clean(clean, labs, visibility, name or submission.name, plan=plan)
+        result = self._grade_clean(clean, labs, visibility, name, plan=plan)
         result.execution_time = time.monotonic() - started
         return result
 

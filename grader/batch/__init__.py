@@ -24,6 +24,9 @@ How it runs:
 - ``labs``: grade only these labs (one lab a week); results, grades.csv and the summary
   are then out of those labs' points, and the fingerprint holds the selection, so a rerun
   with other labs grades everyone again.
+- ``scheduler``: the same batch on a Dask cluster (``grader.batch.cluster``, imported only
+  then): the students go to the cluster's workers instead of local grading processes;
+  everything else here is the same.
 - Ctrl-C stops every grading process and raises ``BatchInterrupted`` (a
   KeyboardInterrupt) saying how many students are graded; a rerun resumes.
 """
@@ -92,9 +95,11 @@ def _as_rubric(rubric) -> Rubric:
 
 def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
                 rubric: Rubric | str | Path | None = None,
-                progress: bool = True, labs: list[str] | None = None) -> BatchSummary:
+                progress: bool = True, labs: list[str] | None = None,
+                scheduler: str | None = None) -> BatchSummary:
     """Grade every student in ``root`` into ``out`` (see the module docstring); ``labs``:
-    only these labs (default: all), scored out of their points alone."""
+    only these labs (default: all), scored out of their points alone; ``scheduler``: on
+    the Dask cluster at this address (``jobs`` is then ignored)."""
     started = time.monotonic()
     root, out = Path(root).resolve(), Path(out).resolve()
     if not root.is_dir():
@@ -139,7 +144,8 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     if progress:
         print(f"{len(entries)} students in {root}: {up_to_date} up to date, "
               f"{len(tasks) + len(instant)} to grade"
-              + (f" with {jobs} process(es)" if jobs else ""), flush=True)
+              + (f" on the Dask cluster at {scheduler}" if scheduler and tasks
+                 else f" with {jobs} process(es)" if jobs else ""), flush=True)
     report = Progress(total=len(tasks) + len(instant), enabled=progress)
     internal_errors, cpu, rss = 0, 0.0, 0.0
 
@@ -157,8 +163,13 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
                           failed_result(entry.student, scored, entry.problem), fingerprint)
             done({"student": entry.student, "status": entry.problem})
         if tasks:
-            pool = Pool(jobs=jobs, rubric=rubric, out=out, budget_s=student_budget_s(scored),
-                        on_done=done, labs=None if scored is rubric else labs)
+            how = {"rubric": rubric, "out": out, "budget_s": student_budget_s(scored),
+                   "on_done": done, "labs": None if scored is rubric else labs}
+            if scheduler:
+                pool = _cluster_pool(scheduler, how)
+                jobs = pool.workers
+            else:
+                pool = Pool(jobs=jobs, **how)
             pool.run(tasks)
     except KeyboardInterrupt:
         with _no_ctrl_c():                # a second Ctrl-C must not cut the cleanup short
@@ -185,6 +196,16 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         cpu_seconds=round(cpu, 3), max_rss_mb=round(rss, 1),
         max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],
         min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})
+
+
+def _cluster_pool(scheduler: str, how: dict):
+    """The Dask cluster's stand-in for ``Pool`` (dask is imported only here)."""
+    try:
+        from grader.batch.cluster import ClusterPool
+    except ImportError as exc:
+        raise UsageError(f"--scheduler needs dask and distributed ({exc}): pip install "
+                         "'attention-labs[cluster]'") from None
+    return ClusterPool(scheduler=scheduler, **how)
 
 
 @contextlib.contextmanager

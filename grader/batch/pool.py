@@ -92,6 +92,23 @@ def resident_mb() -> float:
     return 0.0
 
 
+@contextlib.contextmanager
+def submission_folder(task: dict):
+    """The folder of a task's submission: its own, or its zip unpacked into a private
+    temporary folder (mode 0700), removed afterwards. ZipRejected if the zip is refused."""
+    if task["kind"] != "zip":
+        yield Path(task["path"])
+        return
+    with tempfile.TemporaryDirectory(prefix="grader-zip-") as private:
+        unpack_zip(Path(task["path"]), Path(private))
+        yield Path(private)
+
+
+def refusal_status(exc: SubmissionError) -> str:
+    """A student's status when their submission cannot be graded at all."""
+    return f"rejected zip: {exc}" if isinstance(exc, ZipRejected) else str(exc)
+
+
 def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader,
                labs: list[str] | None = None) -> dict:
     """Grade one student in this (trusted) process and write their files; never raises.
@@ -106,17 +123,13 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader,
     fingerprint = task["fingerprint"]
     restart = False
     try:
-        with contextlib.ExitStack() as stack:
-            folder = Path(task["path"])
-            if task["kind"] == "zip":
-                private = tempfile.TemporaryDirectory(prefix="grader-zip-")   # mode 0700
-                folder = Path(stack.enter_context(private))
-                unpack_zip(Path(task["path"]), folder)
-            result = grader.grade(folder, name=student, labs=labs)
-    except ZipRejected as exc:
-        result = failed_result(student, rubric, f"rejected zip: {exc}")
+        if task["kind"] == "sanitized":     # read by a cluster's client (grader.batch.cluster)
+            result = grader.grade_sanitized(task["sanitized"], name=student, labs=labs)
+        else:
+            with submission_folder(task) as folder:
+                result = grader.grade(folder, name=student, labs=labs)
     except SubmissionError as exc:
-        result = failed_result(student, rubric, str(exc))
+        result = failed_result(student, rubric, refusal_status(exc))
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the batch
         result = failed_result(student, rubric, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}")
         fingerprint = None                       # not the student's doing: try again next run
@@ -149,6 +162,20 @@ def _start_grader(rubric: Rubric, slot: int, labs: list[str] | None = None) -> G
     except BaseException:
         grader.close()
         raise
+
+
+def grade_with_retry(task: dict, *, grader: Grader, rubric: Rubric, scored: Rubric,
+                     out: Path, slot: int, labs: list[str] | None) -> tuple[dict, Grader]:
+    """``grade_task``; on a fault of the grader's own, once more with a fresh Grader (which
+    is returned: the caller keeps it). If it fails again the student stays marked "grading
+    failed" (no fingerprint: the next run grades them again); never a score."""
+    for _attempt in range(2):
+        reply = grade_task(task, rubric=scored, out=out, grader=grader, labs=labs)
+        if not reply.pop("restart"):
+            break
+        grader.close(wait=False)
+        grader = _start_grader(rubric, slot, labs)
+    return reply, grader
 
 
 def _grading_process(slot: int, conn, rubric: Rubric, out: Path,
@@ -188,15 +215,8 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path,
                 break
             if task is None:
                 break
-            # A fault of the grader's own: a fresh Grader, and the student once more. If it
-            # fails again the student stays marked "grading failed" (no fingerprint: the
-            # next run grades them again); never a score.
-            for _attempt in range(2):
-                reply = grade_task(task, rubric=scored, out=out, grader=grader, labs=labs)
-                if not reply.pop("restart"):
-                    break
-                grader.close(wait=False)
-                grader = _start_grader(rubric, slot, labs)
+            reply, grader = grade_with_retry(task, grader=grader, rubric=rubric, scored=scored,
+                                             out=out, slot=slot, labs=labs)
             conn.send(("done", reply))
     finally:
         grader.close()

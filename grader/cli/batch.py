@@ -1,4 +1,5 @@
-"""``grader batch ROOT --out DIR [--lab LAB]``: grade a whole class (see grader.batch)."""
+"""``grader batch ROOT --out DIR [--lab LAB] [--scheduler ADDRESS]``: grade a whole class
+(see grader.batch)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def cmd_batch(args) -> int:
     labs = labs_arg(args.labs) or None
     summary = grade_batch(args.root, out=args.out, jobs=args.jobs,
                           rubric=args.batch_rubric or args.rubric, progress=not args.quiet,
-                          labs=labs)
+                          labs=labs, scheduler=args.scheduler)
     if not args.quiet:
         print(f"{summary.students} students ({summary.graded} graded now, "
               f"{summary.up_to_date} up to date) in {duration(summary.seconds)}"
@@ -65,6 +66,10 @@ def register(subparsers) -> None:
                         "totals are out of its points")
     p.add_argument("--jobs", type=_positive_int, default=None,
                    help=f"grading processes (default: the number of CPUs, {os.cpu_count()})")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on the Dask cluster at ADDRESS (tcp://host:8786) instead of "
+                        "local processes (needs pip install 'attention-labs[cluster]'; "
+                        "see docs/batch.md)")
     p.add_argument("--rubric", dest="batch_rubric",
                    help="rubric file (default: the course's rubric.yaml)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary lines")
