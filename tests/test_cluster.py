@@ -318,3 +318,37 @@ def test_without_scheduler_nothing_imports_dask(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "--scheduler ADDRESS" in proc.stdout
     assert "DASK []" in proc.stdout, proc.stdout[-300:]
+
+
+class _Finished:
+    """A finished Dask future, as ``ClusterPool._finish`` reads one."""
+
+    def __init__(self, value=None, error: BaseException | None = None):
+        self.value, self.error = value, error
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def test_a_student_whose_workers_keep_dying_is_a_grader_fault_not_a_score(tmp_path, rubric):
+    from distributed.scheduler import KilledWorker
+
+    from grader.batch.cluster import ClusterPool
+    done = []
+    pool = object.__new__(ClusterPool)           # no scheduler: only the bookkeeping
+    pool.out, pool.scored, pool.on_done = tmp_path, rubric.only([LAB]), done.append
+    (tmp_path / "ada").mkdir()
+    (tmp_path / "ada" / "fingerprint.json").write_text("{}")
+    task = {"student": "ada", "submitted": time.monotonic()}
+    pool._finish(_Finished(error=KilledWorker("grade-ada-1", None, 3)), task)
+    status = "grading failed: the Dask workers grading it died 4 times"
+    assert [d["status"] for d in done] == [status]
+    results = json.loads((tmp_path / "ada" / "results.json").read_text())
+    assert results["score"] == 0 and results["extra_data"]["status"] == status
+    assert not (tmp_path / "ada" / "fingerprint.json").exists()       # graded again next run
+    # A worker that cannot start its sandbox stops the batch, as a local process does.
+    with pytest.raises(BatchError, match="could not start"):
+        pool._finish(_Finished(error=BatchError("Dask worker x could not start its sandbox")),
+                     task)
