@@ -9,14 +9,17 @@ a .zip) is graded four ways, each into a fresh folder, one after the other:
 - the local pool with 1 and with 2 grading processes (``grade_batch(jobs=...)``);
 - a Dask cluster on this machine (a scheduler and 1, then 2, worker processes with
   ``--nthreads 1``, started before the clock starts, as a cluster is before a batch),
-  through ``grade_batch(scheduler=...)``.
+  through ``grade_batch(scheduler=...)``, twice: cold (the workers' first batch: each
+  imports torch and the engine) and warm (the next batch, as on a cluster that has
+  graded before).
 
 Each time counts from the call to the gradebook written, start-up included (the local
 pool's forkserver and Graders; the workers' Graders, started by the batch's plugin). The
 gradebooks must match the local one (grades.csv byte for byte). It prints students per
 minute, the overhead per student of the distributed path, the CPU time per student of
-the client (this process: reading and sending submissions, writing files) and of the
-scheduler, and a projection for N machines as arithmetic from those figures.
+the client (this process, all of it: listing, reading and sending submissions, writing
+files, the gradebook) and of the scheduler (beyond its idle ticking, measured for 5 s
+before each cluster run), and a projection for N machines as arithmetic from those figures.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ sys.path.insert(0, str(HERE))
 from bench_batch import build_class  # noqa: E402
 
 from grader.batch import grade_batch  # noqa: E402
+
+
+IDLE_S = 5.0                 # seconds the idle scheduler is watched before each cluster run
 
 
 def _env() -> dict:
@@ -130,52 +136,62 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.students} students, labs: {', '.join(args.labs or ['all'])}; "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
         runs = {}
-        for jobs in (1, 2):
-            runs[f"local pool, {jobs} process(es)"] = timed(root, work / f"local{jobs}",
-                                                           args.labs, jobs=jobs)
-            print(f"  local pool, {jobs} process(es): {runs[f'local pool, {jobs} process(es)']['seconds']:.1f} s",
-                  flush=True)
-        for workers in (1, 2):
-            cluster = LocalCluster(work / f"dask{workers}", workers)
+        for k in (1, 2):          # each pair side by side: a shared machine's speed drifts
+            name = f"local pool, {k} process(es)"
+            runs[name] = timed(root, work / f"local{k}", args.labs, jobs=k)
+            print(f"  {name}: {runs[name]['seconds']:.1f} s", flush=True)
+            cluster = LocalCluster(work / f"dask{k}", k)
             try:
-                before = _cpu_of(cluster.scheduler_pid)
-                run = timed(root, work / f"dask{workers}" / "out", args.labs,
-                            scheduler=cluster.address)
-                run["scheduler_cpu_s"] = _cpu_of(cluster.scheduler_pid) - before
+                # The scheduler's own ticking (heartbeats), measured idle, is not per student.
+                idle_from, idle_cpu = time.monotonic(), _cpu_of(cluster.scheduler_pid)
+                time.sleep(IDLE_S)
+                idle_rate = (_cpu_of(cluster.scheduler_pid) - idle_cpu) / (time.monotonic()
+                                                                           - idle_from)
+                # Cold: the workers' first batch (each imports torch and the engine);
+                # warm: the next one, as on a cluster that has graded before.
+                for state in ("cold", "warm"):
+                    before = _cpu_of(cluster.scheduler_pid)
+                    run = timed(root, work / f"dask{k}" / state, args.labs,
+                                scheduler=cluster.address)
+                    run["scheduler_cpu_s"] = max(0.0, _cpu_of(cluster.scheduler_pid) - before
+                                                 - idle_rate * run["seconds"])
+                    run["scheduler_idle_cpu_per_s"] = idle_rate
+                    name = f"dask, {k} worker(s), {state}"
+                    runs[name] = run
+                    print(f"  {name}: {run['seconds']:.1f} s", flush=True)
             finally:
                 cluster.close()
-            runs[f"dask, {workers} worker(s)"] = run
-            print(f"  dask, {workers} worker(s): {run['seconds']:.1f} s", flush=True)
 
     reference = runs["local pool, 1 process(es)"]["grades_csv"]
     for run in runs.values():
         run["same_grades_csv"] = run.pop("grades_csv") == reference
     print()
-    print(f"{'how':<28}{'seconds':>9}{'students/min':>14}{'client CPU-s/student':>22}"
+    print(f"{'how':<34}{'seconds':>9}{'students/min':>14}{'client CPU-s/student':>22}"
           f"{'same grades.csv':>17}")
     for name, run in runs.items():
-        print(f"{name:<28}{run['seconds']:>9.1f}{run['per_minute']:>14.1f}"
+        print(f"{name:<34}{run['seconds']:>9.1f}{run['per_minute']:>14.1f}"
               f"{run['client_cpu_s'] / max(1, run['graded']):>22.3f}"
               f"{'yes' if run['same_grades_csv'] else 'NO':>17}")
-    n = max(1, runs["dask, 2 worker(s)"]["graded"])
-    for k in (1, 2):
-        local, dask = runs[f"local pool, {k} process(es)"], runs[f"dask, {k} worker(s)"]
+    n = max(1, runs["local pool, 1 process(es)"]["graded"])
+    for k, state in ((1, "cold"), (1, "warm"), (2, "cold"), (2, "warm")):
+        run_name = f"dask, {k} worker(s), {state}"
+        local, dask = runs[f"local pool, {k} process(es)"], runs[run_name]
         overhead = (dask["seconds"] - local["seconds"]) / n * k
-        run_name = f"dask, {k} worker(s)"
-        print(f"overhead of the distributed path, {k} worker(s): "
+        print(f"overhead of the distributed path, {k} worker(s), {state}: "
               f"{dask['seconds'] - local['seconds']:+.1f} s over {n} students = "
               f"{overhead:+.3f} worker-s per student; scheduler "
-              f"{runs[run_name]['scheduler_cpu_s'] / n * 1000:.1f} CPU-ms per student")
-        figures[f"overhead_worker_s_per_student_{k}"] = overhead
+              f"{runs[run_name]['scheduler_cpu_s'] / n * 1000:.1f} CPU-ms per student (beyond "
+              f"its idle {runs[run_name]['scheduler_idle_cpu_per_s'] * 1000:.0f} CPU-ms/s)")
+        figures[f"overhead_worker_s_per_student_{k}_{state}"] = overhead
 
     # The projection: arithmetic from the figures above, nothing more.
-    two = runs["dask, 2 worker(s)"]
-    per_machine = two["per_minute"]                         # one 2-core machine, 2 workers
+    two = runs["dask, 2 worker(s), warm"]
+    per_machine = two["per_minute"]                # one 2-core machine, 2 warm workers
     client = two["client_cpu_s"] / n                        # the client's CPU per student
     scheduler = two["scheduler_cpu_s"] / n
     ceiling = 60 / max(client, scheduler, 1e-9)
     print()
-    print(f"projection for N machines like this one (2 workers each): N x {per_machine:.1f} "
+    print(f"projection for N machines like this one (2 warm workers each): N x {per_machine:.1f} "
           f"students/min, until the client ({client * 1000:.1f} CPU-ms per student) or the "
           f"scheduler ({scheduler * 1000:.1f} CPU-ms per student) is busy all the time: at "
           f"most 60 / {max(client, scheduler):.4f} = {ceiling:.0f} students/min, so up to "
