@@ -352,3 +352,14 @@ def test_a_student_whose_workers_keep_dying_is_a_grader_fault_not_a_score(tmp_pa
     with pytest.raises(BatchError, match="could not start"):
         pool._finish(_Finished(error=BatchError("Dask worker x could not start its sandbox")),
                      task)
+
+
+def test_each_worker_process_on_a_machine_gets_a_sandbox_slot_of_its_own():
+    from grader.batch.cluster import SLOT_BASE, claim_slot
+    first, held = claim_slot()
+    try:
+        second, also_held = claim_slot()          # another holder while the first is held
+        os.close(also_held)
+        assert first >= SLOT_BASE and second >= SLOT_BASE and first != second
+    finally:
+        os.close(held)
