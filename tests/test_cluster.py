@@ -363,3 +363,31 @@ def test_each_worker_process_on_a_machine_gets_a_sandbox_slot_of_its_own():
         assert first >= SLOT_BASE and second >= SLOT_BASE and first != second
     finally:
         os.close(held)
+
+
+class _StuckService:
+    """A worker's grading service that never answers (a grader hung on a student)."""
+    made = 0
+
+    def __init__(self, labs):
+        import queue
+        type(self).made += 1
+        self.ready, self.failure, self.jobs = threading.Event(), "", queue.Queue()
+        self.ready.set()
+        self.abandoned = False
+
+    def abandon(self):
+        self.abandoned = True
+
+
+def test_a_student_past_the_budget_is_stopped_and_the_grader_replaced(monkeypatch):
+    from grader.batch import cluster
+    monkeypatch.setattr(cluster, "GradingService", _StuckService)
+    plugin = cluster.GradingPlugin(name="p", expected={}, labs=None)
+    plugin.lock, plugin.service = threading.Lock(), _StuckService(None)
+    stuck = plugin.service
+    reply = plugin.grade({"student": "ada"}, budget_s=0.2)
+    # The local pool's words; no files: the client writes a zero result, no fingerprint.
+    assert reply["status"] == "grading failed: took longer than 0.2 s and was stopped"
+    assert "files" not in reply
+    assert stuck.abandoned and plugin.service is not stuck and _StuckService.made == 2
