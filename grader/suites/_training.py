@@ -143,8 +143,11 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor) -> list
             "or loaded before it")
     if after > LOSS_DROP * before:
         problems.append(
-            f"training did not lower the loss enough: {before:.2f} before the first step, "
-            f"{after:.2f} after (at most {LOSS_DROP:g}x the initial loss is needed)")
+            f"training did not lower the loss enough under the contract's model (the "
+            f"grader's reference forward with your weights): {before:.2f} nats per token "
+            f"before the first step, {after:.2f} after (at most {LOSS_DROP:g}x the initial "
+            "loss is needed); if the module tests fail too, your forward differs from the "
+            "contract and the weights learnt to work with yours only")
     correlations = weight_correlations(initial, final)
     if correlations:
         median = sorted(correlations.values())[len(correlations) // 2]
