@@ -78,6 +78,11 @@ EXPECTED = {
     "bug_window_off_by_one": "window_off_by_one",
     "bug_feature_map_not_positive": "feature_map_not_positive",
     "bug_prefix_sum_exclusive": "prefix_sum_exclusive",
+    # lab 8: the encoder-decoder, trained
+    "bug_cross_attention_keys_from_decoder": "cross_attention_keys_from_decoder",
+    "bug_decoder_not_causal": "decoder_not_causal",
+    "bug_pad_keys_not_masked": "pad_keys_not_masked",
+    "bug_teacher_forcing_off_by_one": "teacher_forcing_off_by_one",
 }
 # bug_ fixtures whose mistake is no catalogued value mistake: a forbidden API (the lab's
 # status), the full score matrix built (right values; the resource tests take its points)

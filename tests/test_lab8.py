@@ -231,3 +231,20 @@ def test_train_runs_once_per_submission_and_is_deterministic(rubric, zygote, tmp
     assert a["state_dict"].keys() == b["state_dict"].keys()
     assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
     assert a["loss_history"] == b["loss_history"]
+
+
+def test_lab8_mistake_implementations_without_the_mistake_are_the_reference():
+    """The wrong models with every switch right compute the reference's logits, so each
+    mistake differs from the reference by its one switch only."""
+    from grader.mistakes import lab8_train_transformer as wrong
+    ref = _training.reference()
+    gen = torch.Generator().manual_seed(3)
+    sd = _training.seq2seq_weights(gen)
+    src, tgt_in = _training.digit_sources(gen, [5, 2]), _training.target_prefixes(gen, 2, 6)
+    layer = wrong.decoder_layer_class(ref.DecoderLayer)
+    right = wrong.model_class(ref.Seq2SeqTransformer, layer=layer)(*_training.CFG)
+    right.load_state_dict(sd)
+    expected = ref.Seq2SeqTransformer(*_training.CFG)
+    expected.load_state_dict(sd)
+    with torch.no_grad():
+        assert torch.allclose(right(src, tgt_in), expected(src, tgt_in), atol=1e-6)

@@ -201,8 +201,9 @@ def train_once(student, budget) -> dict:
     # 10% + 1 s: the grader's reading also counts the reply's encoding and the process's
     # own bookkeeping around the call.
     assert_true(run.cpu_s <= 1.1 * limit + 1.0,
-                f"train took {run.cpu_s:.1f} CPU seconds, more than its budget of {limit:g}: "
-                "check the clock with time.process_time() in your loop and stop with a margin",
+                f"train took {run.cpu_s:.1f} CPU seconds, more than its budget of {limit:g} "
+                "CPU seconds: check the clock with time.process_time() in your loop and stop "
+                "with a margin",
                 hidden=f"train took more than its budget of {limit:g} CPU seconds: check the "
                        "clock with time.process_time() in your loop")
     value = run.value
