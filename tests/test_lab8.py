@@ -172,7 +172,7 @@ def test_train_past_its_budget_loses_the_outcome_points_with_the_reason(rubric, 
 def train(seed, budget_s=60.0):
     import time
     model = Seq2SeqTransformer()
-    model.loss_history = [2.6, 2.0, 1.5]
+    model.loss_history = [2.6, 2.0, float(torch.get_num_threads())]
     start = time.process_time()
     while time.process_time() - start < 3 * budget_s:
         pass
@@ -185,9 +185,10 @@ def train(seed, budget_s=60.0):
     public = tests["test_train_returns_a_trained_model_within_budget"]
     assert "more than its budget of 1 CPU" in public.message
     assert "time.process_time()" in public.message
-    # The loss history came back as numbers and is drawn for the failed public test.
+    # The loss history came back as numbers and is drawn for the failed public test; its
+    # last entry is the worker's torch thread count: train() runs on one thread.
     (curve,) = public.artifacts
-    assert curve["x"] == [1, 2, 3] and curve["yours"] == [2.6, 2.0, 1.5]
+    assert curve["x"] == [1, 2, 3] and curve["yours"] == [2.6, 2.0, 1.0]
     hidden = tests["test_trained_model_reverses_95_percent_of_heldout"]
     assert "budget of 1 CPU seconds" in hidden.message and not hidden.artifacts
 
