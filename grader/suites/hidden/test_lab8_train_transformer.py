@@ -92,7 +92,7 @@ def _reverses(student, budget, gen, threshold: float) -> None:
     src, tgt = heldout(gen)
     problems = training_problems(trained, src, tgt)
     assert_true(not problems, "; ".join(problems),
-                hidden="no outcome points without evidence of training: see the public test "
+                hidden="outcomes count only with evidence of training: see the public test "
                        "test_train_returns_a_trained_model_within_budget")
     fraction = exact_fraction(trained["state_dict"], src, tgt)
     assert_true(fraction >= threshold,
