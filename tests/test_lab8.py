@@ -19,6 +19,7 @@ from grader import paths
 from grader.engine.student import Session
 from grader.sandbox import protocol
 from grader.suites import _training
+from grader.suites._inputs import LAB8_CFG, digit_sources, seq2seq_weights, target_prefixes
 
 LAB = "lab8_train_transformer"
 OUTCOME_TESTS = {"test_train_returns_a_trained_model_within_budget",
@@ -240,12 +241,12 @@ def test_lab8_mistake_implementations_without_the_mistake_are_the_reference():
     from grader.mistakes import lab8_train_transformer as wrong
     ref = _training.reference()
     gen = torch.Generator().manual_seed(3)
-    sd = _training.seq2seq_weights(gen)
-    src, tgt_in = _training.digit_sources(gen, [5, 2]), _training.target_prefixes(gen, 2, 6)
+    sd = seq2seq_weights(gen)
+    src, tgt_in = digit_sources(gen, [5, 2]), target_prefixes(gen, 2, 6)
     layer = wrong.decoder_layer_class(ref.DecoderLayer)
-    right = wrong.model_class(ref.Seq2SeqTransformer, layer=layer)(*_training.CFG)
+    right = wrong.model_class(ref.Seq2SeqTransformer, layer=layer)(*LAB8_CFG)
     right.load_state_dict(sd)
-    expected = ref.Seq2SeqTransformer(*_training.CFG)
+    expected = ref.Seq2SeqTransformer(*LAB8_CFG)
     expected.load_state_dict(sd)
     with torch.no_grad():
         assert torch.allclose(right(src, tgt_in), expected(src, tgt_in), atol=1e-6)

@@ -32,8 +32,10 @@ from grader.engine.compare import Mismatch, assert_true
 from grader.engine.memo import memoized
 from grader.engine.student import StudentError
 from grader.engine.reference import load_reference
+from grader.suites._inputs import LAB8_CFG, digit_sources, seq2seq_weights, target_prefixes
 
 LAB = "lab8_train_transformer"
+PAD = 12
 MODEL_CLASS = "Seq2SeqTransformer"
 TRAIN_SEED = 8              # the seed every outcome test passes: one training per submission
 SCORED_LENGTHS = (1, 8)     # the lengths trained on, scored
@@ -50,8 +52,19 @@ def reference():
 
 
 def heldout(gen: torch.Generator, n: int = HELD_OUT, lengths=SCORED_LENGTHS):
-    """(src, tgt) of ``n`` sequences drawn from ``gen`` (the reference's make_batch)."""
-    return reference().make_batch(n, lengths[0], lengths[1], gen)
+    """(src, tgt) of ``n`` sequences drawn from ``gen``, as the contract's make_batch draws
+    them (lengths, then digits): src right-padded with PAD, tgt = BOS, reversed, EOS, PAD."""
+    lengths_ = torch.randint(lengths[0], lengths[1] + 1, (n,), generator=gen)
+    seq = int(lengths_.max())
+    digits = torch.randint(0, 10, (n, seq), generator=gen)
+    src = digits.clone()
+    tgt = torch.full((n, seq + 2), PAD, dtype=torch.long)
+    tgt[:, 0] = 10                                         # BOS
+    for b, length in enumerate(lengths_.tolist()):
+        src[b, length:] = PAD
+        tgt[b, 1:length + 1] = digits[b, :length].flip(0)
+        tgt[b, length + 1] = 11                            # EOS
+    return src, tgt
 
 
 def load_model(state_dict: dict):
@@ -77,7 +90,7 @@ def exact_fraction(state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> fl
     model = load_model(state_dict)
     with torch.no_grad():
         out = model.greedy_decode(src, src.size(1) + 1)      # (B, <= S + 2)
-    padded = torch.full_like(tgt, reference().PAD)
+    padded = torch.full_like(tgt, PAD)
     width = min(out.size(1), tgt.size(1))
     padded[:, :width] = out[:, :width]
     return float((padded == tgt).all(dim=1).double().mean())
@@ -91,7 +104,7 @@ def teacher_forced_loss(state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) 
     with torch.no_grad():
         logits = model(src, tgt[:, :-1])
     return float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
-                                 ignore_index=reference().PAD))
+                                 ignore_index=PAD))
 
 
 @memoized
@@ -102,7 +115,7 @@ def current_token_fraction(state_dict: dict, src: torch.Tensor, tgt: torch.Tenso
     with torch.no_grad():
         logits = model(src, tgt[:, :-1])
     tokens = tgt[:, :-1]
-    real = tokens != reference().PAD
+    real = tokens != PAD
     return float((logits.argmax(-1) == tokens)[real].double().mean())
 
 
@@ -120,20 +133,25 @@ def weight_correlations(initial: dict, final: dict) -> dict[str, float]:
     return out
 
 
-def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor) -> list[str]:
-    """Why the weights do not show training (empty: they do); each reason teaches."""
+def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
+                      loss_of=None, model_words: str = "the contract's model (the grader's "
+                      "reference forward with your weights)") -> list[str]:
+    """Why the weights do not show training (empty: they do); each reason teaches.
+    ``loss_of(state_dict, src, tgt)``: the teacher-forced loss (default: the reference's,
+    ``teacher_forced_loss``); ``model_words`` names the model it runs."""
+    loss_of = loss_of or teacher_forced_loss
     initial, final = reply.get("initial"), reply["state_dict"]
     if not isinstance(initial, dict):
         return ["no training step was seen: the model returned never ran a forward pass "
                 "with gradients on, nor an optimizer step (train it with teacher forcing: "
                 "a forward, loss.backward(), optimizer.step())"]
     try:
-        before = teacher_forced_loss(initial, src, tgt)
-    except ValueError:
+        before = loss_of(initial, src, tgt)
+    except (ValueError, StudentError):
         return ["the model's weights before its first training step do not load into the "
                 "contract's Seq2SeqTransformer (was the model rebuilt or resized after it "
                 "started training?)"]
-    after = teacher_forced_loss(final, src, tgt)
+    after = loss_of(final, src, tgt)
     problems = []
     if before < INITIAL_LOSS_MIN:
         problems.append(
@@ -143,8 +161,7 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor) -> list
             "or loaded before it")
     if after > LOSS_DROP * before:
         problems.append(
-            f"training did not lower the loss enough under the contract's model (the "
-            f"grader's reference forward with your weights): {before:.2f} nats per token "
+            f"training did not lower the loss enough under {model_words}: {before:.2f} nats per token "
             f"before the first step, {after:.2f} after (at most {LOSS_DROP:g}x the initial "
             "loss is needed); if the module tests fail too, your forward differs from the "
             "contract and the weights learnt to work with yours only")
@@ -167,7 +184,7 @@ def probe_forward(student) -> None:
     gen = torch.Generator().manual_seed(0)
     sd = seq2seq_weights(gen)
     src, tgt_in = digit_sources(gen, [5, 3]), target_prefixes(gen, 2, 6)
-    model = student.module(MODEL_CLASS, *CFG)
+    model = student.module(MODEL_CLASS, *LAB8_CFG)
     model.load_state_dict(sd)
     try:
         model(src, tgt_in)
@@ -209,100 +226,28 @@ def train_once(student, budget) -> dict:
     value = run.value
     assert_true(isinstance(value, dict) and isinstance(value.get("state_dict"), dict),
                 "train must return the Seq2SeqTransformer it trained")
-    try:
-        load_model(value["state_dict"])
-    except ValueError as exc:
-        raise Mismatch(str(exc), "the returned model's state_dict does not load into the "
-                                 "contract's Seq2SeqTransformer()") from None
     return value
 
 
-# --------------------------------------------------------------------------------------------
-# the module tests: random weights, the reference's answers (float64)
-# --------------------------------------------------------------------------------------------
-
-CFG = (13, 16, 4, 32, 2, 12)     # vocab, d_model, heads, d_ff, layers, max_len: small, fast
-
-
-def seq2seq_weights(gen: torch.Generator, cfg=CFG, eos_bias: float = 0.0) -> dict:
-    """Random float32 weights for ``Seq2SeqTransformer(*cfg)`` under the contract's names:
-    matrices ~ N(0, 1/fan_in), biases and LayerNorm shifts ~ N(0, 0.1), LayerNorm scales
-    1 + N(0, 0.1), embeddings ~ N(0, 1/d_model); ``eos_bias`` added to the output bias of
-    EOS (rows of a greedy decode then end at different steps)."""
-    shapes = {k: v.shape for k, v in getattr(reference(), MODEL_CLASS)(*cfg).state_dict().items()}
-    sd = {}
-    for name in sorted(shapes):
-        shape = shapes[name]
-        noise = torch.randn(shape, generator=gen)
-        if name.endswith("emb.weight"):
-            sd[name] = noise / math.sqrt(cfg[1])
-        elif len(shape) == 2:
-            sd[name] = noise / math.sqrt(shape[1])
-        elif (".norm" in name or name.startswith("norm")) and name.endswith("weight"):
-            sd[name] = 1.0 + 0.1 * noise
-        else:
-            sd[name] = 0.1 * noise
-    sd["out.bias"][reference().EOS] += eos_bias
-    return sd
+def assert_loads(state_dict: dict) -> None:
+    """The trained weights load strictly into the reference Seq2SeqTransformer(); a
+    Mismatch naming the keys that differ (the hidden message without them)."""
+    try:
+        load_model(state_dict)
+    except ValueError as exc:
+        raise Mismatch(str(exc), "the returned model's state_dict does not load into the "
+                                 "contract's Seq2SeqTransformer()") from None
 
 
-def digit_sources(gen: torch.Generator, lengths) -> torch.Tensor:
-    """(B, max(lengths)) long digits, row b right-padded with PAD after lengths[b] digits."""
-    ref = reference()
-    seq = max(lengths)
-    src = torch.randint(0, 10, (len(lengths), seq), generator=gen)
-    for b, n in enumerate(lengths):
-        src[b, n:] = ref.PAD
-    return src
+def own_loss(student, state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> float:
+    """The teacher-forced loss of ``state_dict`` under the student's own forward (in the
+    worker): what the public test replays, as a student release has no reference model."""
+    model = student.module(MODEL_CLASS)
+    model.load_state_dict(state_dict)
+    logits = model(src, tgt[:, :-1])
+    if not (isinstance(logits, torch.Tensor) and logits.dim() == 3
+            and logits.shape[:2] == tgt[:, :-1].shape):
+        raise Mismatch("forward(src, tgt_in) must return logits (B, T, vocab_size)")
+    return float(F.cross_entropy(logits.double().reshape(-1, logits.size(-1)),
+                                 tgt[:, 1:].reshape(-1), ignore_index=PAD))
 
-
-def target_prefixes(gen: torch.Generator, batch: int, seq: int) -> torch.Tensor:
-    """(B, T) long decoder inputs: BOS, then random digits (what teacher forcing feeds)."""
-    tgt = torch.randint(0, 10, (batch, seq), generator=gen)
-    tgt[:, 0] = reference().BOS
-    return tgt
-
-
-def model64(sd: dict, cfg=CFG):
-    model = getattr(reference(), MODEL_CLASS)(*cfg).double()
-    model.load_state_dict({k: v.double() for k, v in sd.items()}, strict=True)
-    return model.eval()
-
-
-@memoized  # the same for every submission: computed once per grading process
-def encode_reference(sd: dict, src: torch.Tensor, cfg=CFG) -> torch.Tensor:
-    with torch.no_grad():
-        return model64(sd, cfg).encode(src).float()
-
-
-@memoized  # the same for every submission: computed once per grading process
-def decode_reference(sd: dict, tgt_in: torch.Tensor, memory: torch.Tensor, src: torch.Tensor,
-                     cfg=CFG) -> torch.Tensor:
-    with torch.no_grad():
-        return model64(sd, cfg).decode(tgt_in, memory.double(), src).float()
-
-
-@memoized  # the same for every submission: computed once per grading process
-def forward_reference(sd: dict, src: torch.Tensor, tgt_in: torch.Tensor, cfg=CFG) -> torch.Tensor:
-    with torch.no_grad():
-        return model64(sd, cfg)(src, tgt_in).float()
-
-
-@memoized  # the same for every submission: computed once per grading process
-def greedy_reference(sd: dict, src: torch.Tensor, max_new_tokens: int, cfg=CFG) -> torch.Tensor:
-    with torch.no_grad():
-        return model64(sd, cfg).greedy_decode(src, max_new_tokens)
-
-
-@memoized  # the same for every submission: computed once per grading process
-def attention_reference(sd: dict, d_model: int, num_heads: int, query, key_value, mask=None):
-    module = reference().Attention(d_model, num_heads).double()
-    module.load_state_dict({k: v.double() for k, v in sd.items()}, strict=True)
-    with torch.no_grad():
-        return module(query.double(), key_value.double(), mask).float()
-
-
-def attention_weights(gen: torch.Generator, d_model: int) -> dict:
-    return {f"{p}.{kind}": (torch.randn(d_model, d_model, generator=gen) / math.sqrt(d_model)
-                            if kind == "weight" else 0.1 * torch.randn(d_model, generator=gen))
-            for p in ("q_proj", "k_proj", "v_proj", "out_proj") for kind in ("weight", "bias")}

@@ -7,17 +7,20 @@ import torch
 import pytest  # noqa: F401
 
 from grader.engine.compare import assert_close, assert_true
-from grader.suites._training import (
-    CFG,
-    MODEL_CLASS,
-    decode_reference,
+from grader.suites._inputs import (
+    LAB8_CFG as CFG,
     digit_sources,
-    encode_reference,
-    exact_fraction,
-    greedy_reference,
-    heldout,
+    seq2seq_decode_reference as decode_reference,
+    seq2seq_encode_reference as encode_reference,
+    seq2seq_greedy_reference as greedy_reference,
     seq2seq_weights,
     target_prefixes,
+)
+from grader.suites._training import (
+    MODEL_CLASS,
+    assert_loads,
+    exact_fraction,
+    heldout,
     train_once,
     training_problems,
 )
@@ -89,6 +92,7 @@ def test_greedy_decode_stops_per_row_at_eos(student, gen):
 
 def _reverses(student, budget, gen, threshold: float) -> None:
     trained = train_once(student, budget)
+    assert_loads(trained["state_dict"])
     src, tgt = heldout(gen)
     problems = training_problems(trained, src, tgt)
     assert_true(not problems, "; ".join(problems),
