@@ -299,7 +299,7 @@ def train(seed, budget_s=60.0):
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
                                ignore_index=PAD)  # ... predict the next token
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # d loss / d every parameter
         optimizer.step()
         model.loss_history.append(loss.item())
         # Done when the last 50 steps averaged under 0.02 nats per token (~all exact).
