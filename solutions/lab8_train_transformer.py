@@ -53,6 +53,13 @@ no dependence on the clock while there is time left): the same seed gives the sa
 Optional extension: set ``model.loss_history`` (a list of floats, one per step) before
 returning it; the grader fetches it as plain numbers and draws your loss curve in the
 feedback.
+
+Weights set by hand can reverse digits too, so the grader also checks that yours were
+*learnt*: it keeps the model's weights from just before its first forward pass with
+gradients on (or its first optimizer step), and checks that their loss was near chance,
+that the returned weights do far better, and that they were reached from the first ones by
+training steps. Re-initialising the weights before training is fine; training one model
+and returning another is not.
 """
 
 import math
