@@ -90,6 +90,27 @@ def test_an_optimizer_step_alone_is_seen_as_the_start_of_training():
     assert bool((reply["state_dict"]["lin.weight"] == 1.9).all())
 
 
+def test_a_subclass_of_the_model_class_is_watched_too():
+    class Mine(Tiny):
+        def __init__(self):
+            super().__init__()
+            self.extra = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.extra(super().forward(x))
+
+    def train(seed, budget_s):
+        model = Mine()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = model(torch.ones(4, 3)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return model
+
+    reply = _answer(train)
+    assert reply["initial"] is not None and set(reply["initial"]) == set(reply["state_dict"])
+
+
 def test_a_model_that_never_trained_has_no_snapshot():
     def train(seed, budget_s):
         model = Tiny()

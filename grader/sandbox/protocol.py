@@ -319,7 +319,8 @@ class TrainingWatch:
         @functools.wraps(original)
         def init(module, *args, **kwargs):
             original(module, *args, **kwargs)
-            if type(module) is cls:              # a subclass's own __init__ is not ours
+            # A subclass's model too (its __init__ calls this one); each model once.
+            if isinstance(module, cls) and not any(m is module for m, _ in watch.models):
                 watch.built(module)
 
         # torch.optim deletes its submodules' names: import the function itself.
