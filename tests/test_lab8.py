@@ -271,3 +271,20 @@ def test_lab8_mistake_implementations_without_the_mistake_are_the_reference():
     expected.load_state_dict(sd)
     with torch.no_grad():
         assert torch.allclose(right(src, tgt_in), expected(src, tgt_in), atol=1e-6)
+
+
+def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote):
+    """The reference sets model.loss_history: its public training test passes and keeps the
+    curve (one value per step, thinned to at most 200 points), drawn in the HTML report;
+    the hidden outcome tests keep no picture."""
+    from grader.diagnose import LOSS_POINTS
+    from grader.outputs.html import render_feedback_html
+    result = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote, labs=[LAB])
+    tests = _tests(result)
+    assert result.lab(LAB).score == result.lab(LAB).max_score
+    (curve,) = tests["test_train_returns_a_trained_model_within_budget"].artifacts
+    assert "training loss" in curve["title"] and 10 < len(curve["x"]) <= LOSS_POINTS
+    assert curve["yours"][0] > 2.0 > 0.1 > curve["yours"][-1]
+    assert all(not t.artifacts for t in tests.values() if t.visibility == "hidden")
+    assert 'data-pictures-for="test_train_returns_a_trained_model_within_budget"' in \
+        render_feedback_html(result)

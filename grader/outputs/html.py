@@ -256,7 +256,8 @@ def _picture_html(picture: dict) -> str:
 
 
 def _test_rows(t: TestResult, causes: list[Cause], lab: LabResult) -> str:
-    """The test's row and, for a failed public test with pictures, a full-width row of them."""
+    """The test's row and, for a public test with pictures (a failed one's, or a passed
+    training test's loss curve), a full-width row of them."""
     hidden = t.visibility != "public"
     state = "passed" if t.passed else "failed"
     badge = '<span class="visibility">hidden</span>' if hidden else ""
@@ -272,12 +273,12 @@ def _test_rows(t: TestResult, causes: list[Cause], lab: LabResult) -> str:
                            " above</p>")
         elif t.diagnosis:
             details.append(f'<p class="diagnosis"><strong>Diagnosis:</strong> {_e(t.diagnosis)}</p>')
-        if not hidden:
-            for picture in t.artifacts or []:
-                try:
-                    pictures.append(_picture_html(picture))
-                except Exception:  # noqa: BLE001 - a picture that cannot be drawn is left out
-                    continue
+    if not hidden:      # a passed test's picture too: lab 8's loss curve
+        for picture in t.artifacts or []:
+            try:
+                pictures.append(_picture_html(picture))
+            except Exception:  # noqa: BLE001 - a picture that cannot be drawn is left out
+                continue
     row = (f'<tr class="test {state}" data-test="{_e(t.name)}" data-visibility="{_e(t.visibility)}">'
            f'<td class="name"><code>{_e(t.name)}</code>{badge}{desc}</td>'
            f'<td class="result">{"pass" if t.passed else "FAIL"}</td>'
