@@ -20,6 +20,7 @@ diagnosis and no picture.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,8 @@ def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
     curve = None
     if not hidden and budget is not None:   # no reference needed: in a release too
         try:
-            curve = resource_picture(calls, memory=budget.memory_mb is not None)
+            curve = (loss_picture(calls) if budget.cpu_s is not None
+                     else resource_picture(calls, memory=budget.memory_mb is not None))
         except Exception:  # noqa: BLE001
             curve = None
     try:
@@ -263,6 +265,31 @@ def resource_picture(calls: list, *, memory: bool) -> dict | None:
             "x": lengths, "yours": mem, "unit": "MB", "x_label": "length L",
             "reference": [n * n * 4 / 2**20 for n in lengths],
             "reference_label": "one whole (L, L) float32 matrix"}
+
+
+LOSS_POINTS = 200           # steps drawn at most (a long history is thinned evenly)
+
+
+def loss_picture(calls: list) -> dict | None:
+    """The training loss curve of a recorded train call (lab 8's optional
+    ``model.loss_history``: plain floats from the worker), beside chance (ln 13 nats per
+    token, a model that has learnt nothing); None without a history."""
+    for call in calls:
+        req, value = getattr(call, "req", None), getattr(call, "value", None)
+        if not (isinstance(req, dict) and req.get("op") == protocol.TRAIN
+                and isinstance(value, dict)):
+            continue
+        history = value.get("loss_history")
+        if not isinstance(history, list) or not history:
+            return None
+        stride = max(1, -(-len(history) // LOSS_POINTS))
+        steps = list(range(1, len(history) + 1, stride))
+        losses = [float(history[i - 1]) for i in steps]
+        return {"kind": "resource", "title": "your training loss (model.loss_history)",
+                "x": steps, "yours": losses, "unit": "loss (nats per token)",
+                "x_label": "step", "reference": [math.log(13)] * len(steps),
+                "reference_label": "chance: ln 13, a model that learnt nothing"}
+    return None
 
 
 def _slice_picture(kind, labels, got, exp) -> dict | None:

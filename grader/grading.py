@@ -453,14 +453,16 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                     msg = case + first.message
                     if len(cases) > 1:
                         msg += f" ({len(failed)} of {len(cases)} cases failed)"
-            # The first failed case's named mistake and pictures (none for hidden tests).
+            # The first failed case's named mistake and pictures (none for hidden tests); a
+            # passed test keeps a picture of what it measured (lab 8's loss curve).
             diagnosis = next((c.diagnosis for c in cases if not c.passed and c.diagnosis), "")
+            shown = cases if passed else [c for c in cases if not c.passed]
             artifacts = [] if t.visibility != "public" else next(
-                (c.artifacts for c in cases if not c.passed and c.artifacts), [])
+                (c.artifacts for c in shown if c.artifacts), [])
             lab_result.tests.append(TestResult(
                 lab=lab, name=name, description=desc, visibility=t.visibility,
                 max_score=t.points, passed=passed, message=capped(msg, TEST_TEXT_CAP),
                 duration_s=dur, diagnosis="" if passed else capped(diagnosis, TEST_TEXT_CAP),
-                artifacts=[] if passed else artifacts))
+                artifacts=artifacts))
         result.labs.append(lab_result)
     return result

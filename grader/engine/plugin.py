@@ -167,6 +167,8 @@ class GradingPlugin:
                     diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
             elif report.skipped:
                 message = "the test was skipped, which counts as failed"
+            elif report.passed and report.when == "call" and not hidden:
+                artifacts = self._passed_pictures(item)
             callspec = getattr(item, "callspec", None)
             self.outcomes.append(Outcome(
                 lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",
@@ -174,6 +176,19 @@ class GradingPlugin:
                 message=message, duration_s=report.duration, description=description,
                 diagnosis=diagnosis, artifacts=artifacts,
             ))
+
+    def _passed_pictures(self, item) -> list:
+        """A passed public training test's loss curve (lab 8's ``model.loss_history``, the
+        optional extension), drawn in the feedback; never raises."""
+        budget = self._rubric_test(item).budget
+        if budget is None or budget.cpu_s is None:
+            return []
+        try:
+            from grader.diagnose import loss_picture
+            picture = loss_picture(list(self.session.calls))
+            return [picture] if picture is not None else []
+        except Exception:  # noqa: BLE001 - feedback must never break grading
+            return []
 
     def _diagnose(self, item, exc: BaseException, hidden: bool) -> tuple[str, list]:
         """The named mistake (and, for public tests, pictures) of a failed test; never raises."""

@@ -154,6 +154,9 @@ class Session:
     lab: str = ""                                   # the lab of the current test
     made: int = 0                                   # calls the current test has made
     fault: SandboxError | None = None               # the sandbox failed us (not the student)
+    # Train requests answered for this submission (lab, request frame) -> (value, Measured)
+    # or the StudentError: a lab's outcome tests share one training (``train``).
+    trained: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
@@ -323,6 +326,44 @@ class Session:
         self._record(RecordedCall(lab, req, value=value, used=used))
         return value, used
 
+    def train(self, lab: str, req: dict) -> tuple[object, Measured]:
+        """A train request (protocol "train"), answered once per submission: the first test
+        that asks runs it in a fresh worker of its own, its CPU time read from the kernel's
+        accounting (the lab's import included); later tests get
+        the same reply, or the same error. Recorded in every test that asks."""
+        key = (lab, wire.encode(req))
+        if key not in self.trained:
+            self.trained[key] = self._train_once(lab, req)
+        got = self.trained[key]
+        if isinstance(got, StudentError):
+            self._record(RecordedCall(lab, req, error=got))
+            raise got
+        value, used = got
+        self._record(RecordedCall(lab, req, value=value, used=used))
+        return value, used
+
+    def _train_once(self, lab: str, req: dict):
+        """(value, Measured) of ``req`` in a fresh worker, or the StudentError it gave.
+        Not ``measure``: that one maps every large allocation on its own for an exact
+        memory peak, which slows a training loop, and a training is timed, not weighed."""
+        worker = None
+        try:
+            worker = self._spawn(lab)
+            # The import counts: work done at import time (a model trained there) is the
+            # training's too.
+            before = usage.reading(worker.pid)
+            value = self._exchange(worker, lab, req)
+            after = usage.reading(worker.pid)
+            return value, usage.measured(before, after, children_alive=worker.has_children())
+        except StudentError as exc:
+            return exc
+        except OSError as exc:          # the worker's /proc went away: it is gone
+            return StudentError(kind="crash", lab=lab,
+                                message=f"the worker ended before it could be measured ({exc})")
+        finally:
+            if worker is not None:
+                worker.kill()
+
     def _exchange(self, worker: Worker, lab: str, req: dict):
         """One request to ``worker`` and its reply's value, within the test's time."""
         remaining = self.deadline - time.monotonic()
@@ -430,6 +471,19 @@ class StudentLab:
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
         value, used = self._session.measure(self.lab, req)
+        return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
+                           other_processes=used.other_processes)
+
+    def train(self, name: str, model_class: str, *args, seed: int = 0,
+              **kwargs) -> "Measurement":
+        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` and returns it
+        trained, run once per submission (every test asking the same gets the same reply):
+        ``value`` is the protocol's train reply (the weights before and after training,
+        the loss history), ``cpu_s`` the CPU time the call took (the kernel's figure)."""
+        req = protocol.train_request(name, model_class, args, kwargs, seed)
+        _check_args(req["args"])
+        _check_args(req["kwargs"].values())
+        value, used = self._session.train(self.lab, req)
         return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
                            other_processes=used.other_processes)
 

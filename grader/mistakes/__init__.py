@@ -43,7 +43,8 @@ __all__ = ["Context", "DropoutPlacement", "DropoutSite", "DropoutStats", "Impl",
            "Replay", "Rule", "catalogue", "close", "replay", "LABS"]
 
 LABS = ("lab1_attention", "lab2_multihead", "lab3_positional", "lab4_transformer_block",
-        "lab5_decoder", "lab6_efficient_attention", "lab7_relative_positions")
+        "lab5_decoder", "lab6_efficient_attention", "lab7_relative_positions",
+        "lab8_train_transformer")
 
 
 class ReplayError(Exception):

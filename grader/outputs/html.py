@@ -208,10 +208,13 @@ def curve_png(picture: dict) -> bytes:
 
     fig = Figure(figsize=(6.4, 3.6), dpi=100)
     ax = fig.add_subplot()
-    ax.plot(picture["x"], picture["yours"], "o-", color="#c0392b", label="yours")
+    style = "o-" if len(picture["x"]) <= 12 else "-"
+    ax.plot(picture["x"], picture["yours"], style, color="#c0392b", label="yours")
     ax.plot(picture["x"], picture["reference"], "--", color="#555555",
             label=picture["reference_label"])
     for x, y in zip(picture["x"], picture["yours"], strict=False):
+        if len(picture["x"]) > 12:      # a long curve (a loss history): no labels
+            break
         ax.annotate(f"{y:.3g}", (x, y), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize=8)
     ax.set_xlabel(picture["x_label"])
@@ -253,7 +256,8 @@ def _picture_html(picture: dict) -> str:
 
 
 def _test_rows(t: TestResult, causes: list[Cause], lab: LabResult) -> str:
-    """The test's row and, for a failed public test with pictures, a full-width row of them."""
+    """The test's row and, for a public test with pictures (a failed one's, or a passed
+    training test's loss curve), a full-width row of them."""
     hidden = t.visibility != "public"
     state = "passed" if t.passed else "failed"
     badge = '<span class="visibility">hidden</span>' if hidden else ""
@@ -269,12 +273,12 @@ def _test_rows(t: TestResult, causes: list[Cause], lab: LabResult) -> str:
                            " above</p>")
         elif t.diagnosis:
             details.append(f'<p class="diagnosis"><strong>Diagnosis:</strong> {_e(t.diagnosis)}</p>')
-        if not hidden:
-            for picture in t.artifacts or []:
-                try:
-                    pictures.append(_picture_html(picture))
-                except Exception:  # noqa: BLE001 - a picture that cannot be drawn is left out
-                    continue
+    if not hidden:      # a passed test's picture too: lab 8's loss curve
+        for picture in t.artifacts or []:
+            try:
+                pictures.append(_picture_html(picture))
+            except Exception:  # noqa: BLE001 - a picture that cannot be drawn is left out
+                continue
     row = (f'<tr class="test {state}" data-test="{_e(t.name)}" data-visibility="{_e(t.visibility)}">'
            f'<td class="name"><code>{_e(t.name)}</code>{badge}{desc}</td>'
            f'<td class="result">{"pass" if t.passed else "FAIL"}</td>'

@@ -12,7 +12,8 @@ A request is a dict that ``wire.encode`` carries as it is. The builders give eac
 keys in the order the grader has always sent them: call plans compare encoded frames byte
 for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
 
-  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "stage" | "run_staged"
+  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "stage"
+                | "run_staged"
   names         probe only: list[str], names the lab module must define
   request       stage only: a call or grad request, held (inputs read) until "run_staged"
   target        str: the function or class of the lab module to run
@@ -34,6 +35,8 @@ for byte. The fields (shapes are those of the tests' tensors; any dtype the wire
                 lists flattened depth first, see ``flat_tensors``), each of its tensor's
                 shape; None leaves that tensor out of the loss
   name          buffer only: str, the buffer's name in ``module.named_buffers()``
+  model_class   train only: str, the lab's nn.Module class that ``target`` (a function,
+                e.g. "train") builds and returns trained (e.g. "Seq2SeqTransformer")
 
 Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an exception):
 
@@ -48,6 +51,14 @@ Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an e
                  loss reaches ({} for a function)}
   state_dict  dict[str, Tensor]: the built module's state dict
   buffer      Tensor: the built module's buffer ``name``
+  train       {"state_dict": dict[str, Tensor], the returned model's state dict,
+               "initial": dict[str, Tensor] | None, the same model's state dict just before
+                 it first learnt (its first forward with gradients on, or the first
+                 optimizer step, whichever came first), None if neither happened,
+               "loss_history": list[float] | None, the model's optional ``loss_history``
+                 attribute (at most MAX_LOSS_HISTORY numbers; None if absent or not numbers)}
+              Refused (the student's fault) past MAX_TRAINED_NUMBERS numbers. Never
+              replayed by ``grader.mistakes``: it is not in OPS.
 
 Callbacks go the other way. A lab may import another lab (lab2 imports lab1's
 ``scaled_dot_product_attention``). Unless the rubric grades cumulatively, the worker of the
@@ -71,10 +82,16 @@ Imported by path in the zygote and the worker (``import protocol``), and as
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import torch
 
-OPS = ("call", "grad", "state_dict", "buffer")
-MAX_CALLBACKS = 256     # a worker's calls into other labs while answering one request    # what ``answer`` answers; probe is the worker's
+OPS = ("call", "grad", "state_dict", "buffer")    # what ``answer`` answers and a replay may
+TRAIN = "train"             # answered too, never replayed (it trains: seconds of CPU)
+MAX_CALLBACKS = 256     # a worker's calls into other labs while answering one request
+MAX_TRAINED_NUMBERS = 16 << 20      # numbers in a trained model's state dict (16 Mi: 64 MB)
+MAX_LOSS_HISTORY = 100_000          # entries of a loss_history kept
 
 
 # --------------------------------------------------------------------------- requests
@@ -124,6 +141,13 @@ def grad_request(target, args, kwargs: dict, grad_outputs, seed: int = 0) -> dic
     else:
         req["target"] = target
     return req
+
+
+def train_request(target: str, model_class: str, args, kwargs: dict, seed: int = 0) -> dict:
+    """``target(*args, **kwargs)`` (e.g. ``train(seed, budget_s=30.0)``), which builds a
+    ``model_class`` and returns it trained: the reply is its weights, not the module."""
+    return {"op": TRAIN, "target": target, "model_class": model_class, "args": list(args),
+            "kwargs": dict(kwargs), "seed": seed}
 
 
 def stage_request(req: dict) -> dict:
@@ -210,6 +234,8 @@ def answer(resolve, req: dict, owner: str):
     answer's: the worker reports them to the grader as the student's.
     """
     op = req["op"]
+    if op == TRAIN:
+        return _train(resolve, req, owner)
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}")
     target = resolve(req["target"])
@@ -242,6 +268,116 @@ def answer(resolve, req: dict, owner: str):
     if op == "call":
         return plain(fn(*args, **kwargs))
     return _grad(fn, module, args, kwargs, req["grad_outputs"])
+
+
+class TrainingWatch:
+    """Watches the models of class ``cls`` built while it is installed, and keeps each one's
+    state dict from just before it first learns: its first forward (of the model or of any
+    of its submodules) with gradients on, or the first optimizer step, whichever comes
+    first. A model re-initialised after construction is seen as re-initialised."""
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.models: list = []              # (model, [hook handles]) in build order
+        self.initial: dict[int, dict] = {}  # id(model) -> its state dict before learning
+
+    def built(self, model) -> None:
+        handles = [m.register_forward_pre_hook(self._forward_hook(model))
+                   for m in model.modules()]
+        self.models.append((model, handles))
+
+    def _forward_hook(self, model):
+        def hook(_module, _args):
+            if torch.is_grad_enabled():
+                self._snapshot(model)
+        return hook
+
+    def _snapshot(self, model) -> None:
+        if id(model) in self.initial:
+            return
+        self.initial[id(model)] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        for m, handles in self.models:
+            if m is model:
+                for handle in handles:
+                    handle.remove()
+
+    def _optimizer_step(self, _optimizer, _args, _kwargs):
+        for model, _ in self.models:
+            self._snapshot(model)
+
+    def initial_of(self, model) -> dict | None:
+        return self.initial.get(id(model))
+
+    @contextlib.contextmanager
+    def installed(self):
+        """While inside: every ``cls(...)`` built is watched (its ``__init__`` wrapped,
+        restored on the way out) and optimizer steps are seen."""
+        cls, watch = self.cls, self
+        saved = cls.__dict__.get("__init__")
+        original = cls.__init__
+
+        @functools.wraps(original)
+        def init(module, *args, **kwargs):
+            original(module, *args, **kwargs)
+            # A subclass's model too (its __init__ calls this one); each model once.
+            if isinstance(module, cls) and not any(m is module for m, _ in watch.models):
+                watch.built(module)
+
+        # torch.optim deletes its submodules' names: import the function itself.
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        cls.__init__ = init
+        step_hook = register_optimizer_step_pre_hook(self._optimizer_step)
+        try:
+            yield self
+        finally:
+            step_hook.remove()
+            if saved is None:
+                del cls.__init__
+            else:
+                cls.__init__ = saved
+            for _, handles in self.models:
+                for handle in handles:
+                    handle.remove()
+
+
+def _train(resolve, req: dict, owner: str) -> dict:
+    """The "train" reply: call ``target``, then send back the weights of the model it
+    returned, from before and after its training (see ``TrainingWatch``)."""
+    fn, cls = resolve(req["target"]), resolve(req["model_class"])
+    if fn is None:
+        raise AttributeError(f"{owner} has no {req['target']}")
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise AttributeError(f"{owner} has no nn.Module class {req['model_class']}")
+    _seed(req.get("seed", 0))
+    with TrainingWatch(cls).installed() as watch:
+        model = fn(*list(req["args"]), **dict(req["kwargs"]))
+    if not isinstance(model, cls):
+        raise TypeError(f"{req['target']} returned a {type(model).__name__}, not the "
+                        f"{req['model_class']} it trained")
+    state = model.state_dict()
+    numbers = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
+    if numbers > MAX_TRAINED_NUMBERS:
+        raise ValueError(f"the trained model holds {numbers} numbers, more than the "
+                         f"{MAX_TRAINED_NUMBERS} a {req['model_class']} of the contract can")
+    return {"state_dict": plain(state), "initial": plain(watch.initial_of(model)),
+            "loss_history": _loss_history(getattr(model, "loss_history", None))}
+
+
+def _loss_history(value) -> list | None:
+    """``model.loss_history`` as a list of floats, or None if it is not a list of numbers."""
+    if isinstance(value, torch.Tensor) and value.dim() == 1:
+        value = value.detach().tolist()
+    if not isinstance(value, (list, tuple)):
+        return None
+    out = []
+    for v in list(value)[:MAX_LOSS_HISTORY]:
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        out.append(float(v))
+    return out
 
 
 def _build_module(cls, req: dict) -> torch.nn.Module:

@@ -631,3 +631,125 @@ def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
                     "the two placements)",
                     hidden=f"{what}[{name!r}]['max_weight_change'] is not the largest change of "
                            "any attention weight between the two placements")
+
+
+
+# ------------------------------------------------------------------------------ lab 8
+
+LAB8 = "lab8_train_transformer"
+LAB8_CFG = (13, 16, 4, 32, 2, 12)   # vocab, d_model, heads, d_ff, layers, max_len: small, fast
+LAB8_BOS, LAB8_EOS, LAB8_PAD = 10, 11, 12
+
+
+def seq2seq_shapes(cfg=LAB8_CFG) -> dict:
+    """The contract's state-dict names and shapes of ``Seq2SeqTransformer(*cfg)``."""
+    vocab, d, _, d_ff, layers, _ = cfg
+    shapes = {"src_emb.weight": (vocab, d), "tgt_emb.weight": (vocab, d)}
+
+    def attention(prefix):
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            shapes[f"{prefix}.{proj}.weight"], shapes[f"{prefix}.{proj}.bias"] = (d, d), (d,)
+
+    def layer(prefix, norms, cross):
+        attention(f"{prefix}.self_attn")
+        if cross:
+            attention(f"{prefix}.cross_attn")
+        shapes.update({f"{prefix}.ff.0.weight": (d_ff, d), f"{prefix}.ff.0.bias": (d_ff,),
+                       f"{prefix}.ff.2.weight": (d, d_ff), f"{prefix}.ff.2.bias": (d,)})
+        for n in range(1, norms + 1):
+            shapes[f"{prefix}.norm{n}.weight"] = shapes[f"{prefix}.norm{n}.bias"] = (d,)
+
+    for i in range(layers):
+        layer(f"encoder.{i}", 2, cross=False)
+        layer(f"decoder.{i}", 3, cross=True)
+    for name in ("norm_enc", "norm_dec"):
+        shapes[f"{name}.weight"] = shapes[f"{name}.bias"] = (d,)
+    shapes["out.weight"], shapes["out.bias"] = (vocab, d), (vocab,)
+    return shapes
+
+
+def seq2seq_weights(gen, cfg=LAB8_CFG, eos_bias: float = 0.0) -> dict:
+    """Random float32 weights for ``Seq2SeqTransformer(*cfg)`` under the contract's names:
+    matrices ~ N(0, 1/fan_in), biases and LayerNorm shifts ~ N(0, 0.1), LayerNorm scales
+    1 + N(0, 0.1), embeddings ~ N(0, 1/d_model); ``eos_bias`` added to the output bias of
+    EOS (the rows of a greedy decode then end at different steps)."""
+    sd = {}
+    for name, shape in sorted(seq2seq_shapes(cfg).items()):
+        noise = torch.randn(shape, generator=gen)
+        if name.endswith("emb.weight"):
+            sd[name] = noise / math.sqrt(cfg[1])
+        elif len(shape) == 2:
+            sd[name] = noise / math.sqrt(shape[1])
+        elif (".norm" in name or name.startswith("norm")) and name.endswith("weight"):
+            sd[name] = 1.0 + 0.1 * noise
+        else:
+            sd[name] = 0.1 * noise
+    sd["out.bias"][LAB8_EOS] += eos_bias
+    return sd
+
+
+def lab8_attention_weights(gen, d_model: int) -> dict:
+    return {f"{p}.{kind}": (torch.randn(d_model, d_model, generator=gen) / math.sqrt(d_model)
+                            if kind == "weight" else 0.1 * torch.randn(d_model, generator=gen))
+            for p in ("q_proj", "k_proj", "v_proj", "out_proj") for kind in ("weight", "bias")}
+
+
+def digit_sources(gen, lengths) -> torch.Tensor:
+    """(B, max(lengths)) long digits, row b right-padded with PAD after lengths[b] digits."""
+    src = torch.randint(0, 10, (len(lengths), max(lengths)), generator=gen)
+    for b, n in enumerate(lengths):
+        src[b, n:] = LAB8_PAD
+    return src
+
+
+def target_prefixes(gen, batch: int, seq: int) -> torch.Tensor:
+    """(B, T) long decoder inputs: BOS, then random digits (what teacher forcing feeds)."""
+    tgt = torch.randint(0, 10, (batch, seq), generator=gen)
+    tgt[:, 0] = LAB8_BOS
+    return tgt
+
+
+def seq2seq64(sd: dict, cfg=LAB8_CFG):
+    """The reference Seq2SeqTransformer(*cfg) in float64 holding ``sd``, in eval mode."""
+    from grader.engine.reference import load_reference
+    model = load_reference(LAB8).Seq2SeqTransformer(*cfg).double()
+    model.load_state_dict({k: v.double() for k, v in sd.items()}, strict=True)
+    return model.eval()
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def seq2seq_encode_reference(sd, src, cfg=LAB8_CFG):
+    with torch.no_grad():
+        return seq2seq64(sd, cfg).encode(src).float()
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def seq2seq_decode_reference(sd, tgt_in, memory, src, cfg=LAB8_CFG):
+    with torch.no_grad():
+        return seq2seq64(sd, cfg).decode(tgt_in, memory.double(), src).float()
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def seq2seq_forward_reference(sd, src, tgt_in, cfg=LAB8_CFG):
+    with torch.no_grad():
+        return seq2seq64(sd, cfg)(src, tgt_in).float()
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def seq2seq_greedy_reference(sd, src, max_new_tokens, cfg=LAB8_CFG):
+    with torch.no_grad():
+        return seq2seq64(sd, cfg).greedy_decode(src, max_new_tokens)
+
+
+@reference  # the labs' answers: a release has stored values instead
+@memoized  # the same for every submission: computed once per grading process
+def lab8_attention_reference(sd, d_model, num_heads, query, key_value, mask=None):
+    from grader.engine.reference import load_reference
+    module = load_reference(LAB8).Attention(d_model, num_heads).double()
+    module.load_state_dict({k: v.double() for k, v in sd.items()}, strict=True)
+    with torch.no_grad():
+        return module(query.double(), key_value.double(), mask).float()

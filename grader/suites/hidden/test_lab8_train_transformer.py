@@ -1,0 +1,124 @@
+"""Lab 8 hidden tests: PAD keys, causality and cross-attention checked by behaviour, greedy
+decoding that stops row by row, and the outcome of train(): how many held-out sequences
+(drawn by the grader from this course's secret seed, lengths 1-8) the returned weights
+reverse exactly under the reference's greedy decoding, in three tiers."""
+
+import torch
+import pytest  # noqa: F401
+
+from grader.engine.compare import assert_close, assert_true
+from grader.suites._inputs import (
+    LAB8_CFG as CFG,
+    digit_sources,
+    seq2seq_decode_reference as decode_reference,
+    seq2seq_encode_reference as encode_reference,
+    seq2seq_greedy_reference as greedy_reference,
+    seq2seq_weights,
+    target_prefixes,
+)
+from grader.suites._training import (
+    MODEL_CLASS,
+    assert_loads,
+    exact_fraction,
+    heldout,
+    train_once,
+    training_problems,
+)
+
+X_AXES = ("batch", "seq", "d_model")
+LOGIT_AXES = ("batch", "seq", "vocab")
+
+
+def _model(student, sd, cfg=CFG):
+    model = student.module(MODEL_CLASS, *cfg)
+    model.load_state_dict(sd)
+    return model
+
+
+def test_encoder_ignores_pad_keys(student, tol, gen):
+    """A source padded with 4 more PAD columns encodes its real positions as before: PAD
+    keys get no attention, in every encoder layer."""
+    sd = seq2seq_weights(gen)
+    src = digit_sources(gen, [5, 2])
+    longer = torch.cat([src, torch.full((2, 4), 12)], dim=1)
+    got = _model(student, sd).method("encode", longer)
+    assert_close(got, encode_reference(sd, longer), tol=tol, name="memory", axes=X_AXES)
+    assert_close(got[:, :5], encode_reference(sd, src), tol=tol,
+                 name="memory at the real positions", axes=X_AXES)
+
+
+def test_decoder_self_attention_is_causal(student, tol, gen):
+    """decode's logits at position t depend on tgt_in[:, :t+1] only: changing the later
+    tokens changes nothing before them."""
+    sd = seq2seq_weights(gen)
+    src = digit_sources(gen, [4, 3])
+    memory = torch.randn(2, 4, CFG[1], generator=gen)
+    tgt_in = target_prefixes(gen, 2, 7)
+    changed = tgt_in.clone()
+    changed[:, 4:] = (changed[:, 4:] + 3) % 10
+    got = _model(student, sd).method("decode", changed, memory, src)
+    assert_close(got, decode_reference(sd, changed, memory, src), tol=tol, name="logits",
+                 axes=LOGIT_AXES)
+    assert_close(got[:, :4], decode_reference(sd, tgt_in, memory, src)[:, :4], tol=tol,
+                 name="logits before the changed tokens", axes=LOGIT_AXES)
+
+
+def test_cross_attention_keys_from_memory(student, tol, gen):
+    """decode's cross-attention takes its keys and values from the memory given (9 source
+    positions, 3 target positions), with that source's PAD keys masked."""
+    sd = seq2seq_weights(gen)
+    src = digit_sources(gen, [9, 6, 1])
+    memory = torch.randn(3, 9, CFG[1], generator=gen)
+    tgt_in = target_prefixes(gen, 3, 3)
+    got = _model(student, sd).method("decode", tgt_in, memory, src)
+    assert_close(got, decode_reference(sd, tgt_in, memory, src), tol=tol, name="logits",
+                 axes=LOGIT_AXES)
+
+
+def test_greedy_decode_stops_per_row_at_eos(student, gen):
+    """greedy_decode with weights that favour EOS: each row stops at its own EOS (PAD after
+    it), and decoding ends when every row has ended."""
+    sd = seq2seq_weights(gen, eos_bias=2.5)
+    src = digit_sources(gen, [7, 5, 3, 6, 2, 4])
+    got = _model(student, sd).method("greedy_decode", src, 10)
+    expected = greedy_reference(sd, src, 10)
+    assert_true(isinstance(got, torch.Tensor) and got.shape == expected.shape
+                and bool((got == expected).all()),
+                f"greedy_decode gave {got.tolist() if isinstance(got, torch.Tensor) else got}, "
+                f"expected {expected.tolist()}",
+                hidden="greedy_decode's tokens differ from the reference's: each row keeps "
+                       "PAD after its own EOS, and decoding stops once every row has ended")
+
+
+def _reverses(student, budget, gen, threshold: float) -> None:
+    trained = train_once(student, budget)
+    assert_loads(trained["state_dict"])
+    src, tgt = heldout(gen)
+    problems = training_problems(trained, src, tgt)
+    assert_true(not problems, "; ".join(problems),
+                hidden="outcomes count only with evidence of training: see the public test "
+                       "test_train_returns_a_trained_model_within_budget")
+    fraction = exact_fraction(trained["state_dict"], src, tgt)
+    assert_true(fraction >= threshold,
+                f"the trained model reverses {fraction:.1%} of held-out sequences exactly; "
+                f"this tier needs {threshold:.0%}",
+                hidden=f"the trained model reverses fewer than {threshold:.0%} of the grader's "
+                       "held-out sequences (lengths 1-8) exactly: train longer within the "
+                       "budget, check the teacher-forcing shift (tgt[:, :-1] in, tgt[:, 1:] "
+                       "predicted) and the learning rate")
+
+
+def test_trained_model_reverses_half_of_heldout(student, budget, gen):
+    """train()'s weights, under the reference's greedy decoding, reverse at least 50% of
+    the grader's held-out sequences of 1-8 digits exactly."""
+    _reverses(student, budget, gen, 0.5)
+
+
+def test_trained_model_reverses_80_percent_of_heldout(student, budget, gen):
+    """... at least 80% of the held-out sequences exactly."""
+    _reverses(student, budget, gen, 0.8)
+
+
+def test_trained_model_reverses_95_percent_of_heldout(student, budget, gen):
+    """... at least 95% of the held-out sequences exactly."""
+    _reverses(student, budget, gen, 0.95)
