@@ -295,7 +295,9 @@ class TrainingWatch:
     def _snapshot(self, model) -> None:
         if id(model) in self.initial:
             return
-        self.initial[id(model)] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # The base class's method: a model whose own state_dict() lies is read as it is.
+        self.initial[id(model)] = {k: v.detach().clone()
+                                   for k, v in torch.nn.Module.state_dict(model).items()}
         for m, handles in self.models:
             if m is model:
                 for handle in handles:
@@ -306,7 +308,16 @@ class TrainingWatch:
             self._snapshot(model)
 
     def initial_of(self, model) -> dict | None:
-        return self.initial.get(id(model))
+        """The returned model's weights before it learnt; for a model never built under the
+        watch (a copy.deepcopy of the best one so far, say), those of the first watched
+        model that learnt: the evidence checks then judge how the returned weights relate
+        to that model's start."""
+        if any(m is model for m, _ in self.models):
+            return self.initial.get(id(model))
+        for m, _ in self.models:
+            if id(m) in self.initial:
+                return self.initial[id(m)]
+        return None
 
     @contextlib.contextmanager
     def installed(self):
@@ -355,7 +366,7 @@ def _train(resolve, req: dict, owner: str) -> dict:
     if not isinstance(model, cls):
         raise TypeError(f"{req['target']} returned a {type(model).__name__}, not the "
                         f"{req['model_class']} it trained")
-    state = model.state_dict()
+    state = torch.nn.Module.state_dict(model)      # not an override's: it could lie
     numbers = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
     if numbers > MAX_TRAINED_NUMBERS:
         raise ValueError(f"the trained model holds {numbers} numbers, more than the "

@@ -153,13 +153,20 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
                 "started training?)"]
     after = loss_of(final, src, tgt)
     problems = []
-    if before < INITIAL_LOSS_MIN:
+    # Fail closed: every comparison with NaN is False, so each check asks for the good case.
+    broken = [name for state in (initial, final) for name, t in state.items()
+              if isinstance(t, torch.Tensor) and t.is_floating_point()
+              and not bool(torch.isfinite(t).all())]
+    if broken or not (math.isfinite(before) and math.isfinite(after)):
+        return [f"the weights hold NaN or infinite values ({', '.join(sorted(set(broken))[:3]) or 'the loss'}"
+                "): a training step that diverged, or weights set by hand, show no training"]
+    if not before >= INITIAL_LOSS_MIN:
         problems.append(
             f"the model already predicted the task before its first training step (loss "
             f"{before:.2f} nats per token; a fresh model is near chance, ln 13 = "
             f"{CHANCE_LOSS:.2f}): outcome points need weights learnt by training, not set "
             "or loaded before it")
-    if after > LOSS_DROP * before:
+    if not after <= LOSS_DROP * before:
         problems.append(
             f"training did not lower the loss enough under {model_words}: {before:.2f} nats per token "
             f"before the first step, {after:.2f} after (at most {LOSS_DROP:g}x the initial "
@@ -168,7 +175,7 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
     correlations = weight_correlations(initial, final)
     if correlations:
         median = sorted(correlations.values())[len(correlations) // 2]
-        if median < CORRELATION_MIN:
+        if not median >= CORRELATION_MIN:
             problems.append(
                 f"the returned weights are not reachable from the initial ones by training "
                 f"steps (median correlation per weight matrix {median:.2f}, at least "
@@ -215,6 +222,13 @@ def train_once(student, budget) -> dict:
         probe_forward(student)
         raise
     probe_forward(student)
+    # CPU time is read from the worker's own threads: work handed to another process (a
+    # fork, a DataLoader with workers, a subprocess) would escape the budget, so it is
+    # refused, as the resource tests refuse it (student.measure).
+    assert_true(not run.other_processes,
+                "train started another process (os.fork, multiprocessing, a DataLoader with "
+                "num_workers > 0, a subprocess): the budget is CPU time in one process, so "
+                "train in the worker itself (DataLoader(num_workers=0), no fork)")
     # 10% + 1 s: the grader's reading also counts the reply's encoding and the process's
     # own bookkeeping around the call.
     assert_true(run.cpu_s <= 1.1 * limit + 1.0,
