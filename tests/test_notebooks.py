@@ -710,8 +710,30 @@ def graded_course(tmp_path_factory, rubric):
     _write_nb(_nb(course / "source" / LAB2 / f"{LAB2}.ipynb"),
               course / "submitted" / "dan" / LAB2 / f"{LAB2}.ipynb")
     auto2 = _nbgrader(env, course, "autograde", LAB2, "--create")
+    # ...and the newest labs' notebooks, solved, each alone: lab 7 (plain functions) and
+    # lab 8 (graded on what its train() achieves).
+    later = {}
+    for lab in LATER_LABS:
+        _write_nb(_nb(course / "source" / lab / f"{lab}.ipynb"),
+                  course / "submitted" / "dan" / lab / f"{lab}.ipynb")
+        run = _nbgrader(env, course, "autograde", lab, "--create")
+        later[lab] = run.stdout + run.stderr
     return {"course": course, "env": env, "autograde_log": auto.stdout + auto.stderr,
-            "autograde_lab2_log": auto2.stdout + auto2.stderr}
+            "autograde_lab2_log": auto2.stdout + auto2.stderr, "autograde_later_logs": later}
+
+
+LATER_LABS = ("lab7_relative_positions", "lab8_train_transformer")
+
+
+@needs_nbgrader
+@pytest.mark.parametrize("lab", LATER_LABS)
+def test_the_newest_labs_notebooks_autograde_to_full_marks(graded_course, rubric, lab):
+    """Stock nbgrader, with the course's config, on a solved lab 7 and lab 8 notebook."""
+    db = f"sqlite:///{graded_course['course'] / 'gradebook.db'}"
+    with Gradebook(db) as gb:
+        dan = gb.find_submission(lab, "dan")
+        assert dan.score == dan.max_score == rubric.labs[lab].max_points, \
+            graded_course["autograde_later_logs"][lab][-4000:]
 
 
 @needs_nbgrader
