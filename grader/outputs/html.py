@@ -208,13 +208,11 @@ def curve_png(picture: dict) -> bytes:
 
     fig = Figure(figsize=(6.4, 3.6), dpi=100)
     ax = fig.add_subplot()
-    style = "o-" if len(picture["x"]) <= 12 else "-"
-    ax.plot(picture["x"], picture["yours"], style, color="#c0392b", label="yours")
+    few = len(picture["x"]) <= 12       # a long curve (a loss history): a line, no labels
+    ax.plot(picture["x"], picture["yours"], "o-" if few else "-", color="#c0392b", label="yours")
     ax.plot(picture["x"], picture["reference"], "--", color="#555555",
             label=picture["reference_label"])
-    for x, y in zip(picture["x"], picture["yours"], strict=False):
-        if len(picture["x"]) > 12:      # a long curve (a loss history): no labels
-            break
+    for x, y in zip(picture["x"], picture["yours"], strict=False) if few else ():
         ax.annotate(f"{y:.3g}", (x, y), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize=8)
     ax.set_xlabel(picture["x_label"])
