@@ -93,7 +93,9 @@ def test_grades_csv_rows(graded, rubric, zygote, tmp_path):
     rows = read_csv(out / "grades.csv")
     labs = list(rubric.labs)
     with open(out / "grades.csv", encoding="utf-8") as fh:
-        assert fh.readline().strip() == ",".join(["student", *labs, "total", "max_total", "status"])
+        # text cells quoted (grader.outputs.spreadsheet: safe to open in a spreadsheet)
+        assert fh.readline().strip() == ",".join(f'"{c}"' for c in
+                                                 ["student", *labs, "total", "max_total", "status"])
     assert [r["student"] for r in rows] == STUDENTS
     full = {lab: f"{rubric.labs[lab].max_points:g}" for lab in labs}
     by = {r["student"]: r for r in rows}

@@ -209,7 +209,7 @@ def test_cluster_batch_matches_local_and_survives_a_killed_worker(cluster, tmp_p
     local = tmp_path / "local"
     grade_batch(root, out=local, jobs=1, progress=False, labs=[LAB])
     rows = (local / "grades.csv").read_text()
-    assert re.search(rf"^mallory,0,0,\d+,{LAB}: import_error$", rows, re.M), rows
+    assert re.search(rf'^"mallory",0,0,\d+,"{LAB}: import_error"$', rows, re.M), rows
     assert "did you mean" in (local / "dan" / "results.json").read_text()
 
     remote = tmp_path / "remote"
@@ -259,7 +259,7 @@ def test_cluster_batch_matches_local_and_survives_a_killed_worker(cluster, tmp_p
     fixed = grade_batch(root, out=remote, progress=False, labs=[LAB], scheduler=cluster.address)
     assert (fixed.graded, fixed.up_to_date) == (1, students - 1)
     full = load_rubric(paths.RUBRIC).labs[LAB].max_points
-    assert re.search(rf"^bob,{full:g},{full:g},", (remote / "grades.csv").read_text(), re.M)
+    assert re.search(rf'^"bob",{full:g},{full:g},', (remote / "grades.csv").read_text(), re.M)
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ Nothing here depends on timings, so two runs over the same submissions give the 
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 from grader.outputs.atomic import atomic_open, atomic_write_text
 from grader.outputs.class_page import ClassView, is_grader_fault, labs_of, student_record
 from grader.outputs.class_page import write_class_page
+from grader.outputs import spreadsheet
 from grader.results import LabResult, SubmissionResult, TestResult
 from grader.rubric import Rubric
 
@@ -99,10 +99,10 @@ def read_results(path: Path) -> dict | None:
     return data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None
 
 
-def number(x: float) -> str:
-    """Points as the CSV shows them: 12 rather than 12.0, at most 4 decimals."""
-    x = round(float(x), 4)
-    return str(int(x)) if x == int(x) else repr(x)
+def number(x: float) -> int | float:
+    """Points as the CSV shows them: 12 rather than 12.0, at most 4 decimals (a number
+    cell, written unquoted: grader.outputs.spreadsheet)."""
+    return spreadsheet.number_cell(x)
 
 
 class _Tally:
@@ -213,7 +213,9 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     # backslashreplace: a student id that is not valid UTF-8 (a raw file name) stays readable
     with atomic_open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace",
                      newline="") as fh:
-        writer = csv.writer(fh)
+        # Every text cell (student ids come from folder and zip names) made safe to open in
+        # a spreadsheet, numbers left numbers (grader.outputs.spreadsheet).
+        writer = spreadsheet.writer(fh)
         writer.writerow(["student", *lab_names, "total", "max_total", "status"])
         for student in students:
             data = read_results(out / student / "results.json")
