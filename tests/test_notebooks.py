@@ -574,6 +574,47 @@ def test_sandboxed_grades_score_the_hidden_cell_by_partial_credit():
         assert determine_grade(cell) == (points, 4.5)
 
 
+def test_the_autograde_pipeline_starts_no_kernel(course):
+    """The course's nbgrader_config.py: autograde grades with SandboxedGrades and has no
+    step that runs the notebook in a kernel (nbgrader's Execute is an nbclient client)."""
+    pytest.importorskip("nbgrader")
+    from nbclient import NotebookClient
+    from traitlets.config.loader import PyFileConfigLoader
+    from traitlets.utils.importstring import import_item
+
+    from grader.authoring.nbgrader_autograde import SandboxedGrades
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    steps = [import_item(name) for name in config.Autograde.autograde_preprocessors]
+    assert SandboxedGrades in steps
+    assert [s.__name__ for s in steps if issubclass(s, NotebookClient)] == []
+
+
+@pytest.mark.parametrize("order", ["kernel_first", "kernel_after"])
+def test_sandboxed_grades_refuses_a_pipeline_that_runs_a_kernel(order):
+    """An old or hand-edited config that puts nbgrader's Execute back fails before any
+    kernel starts (Execute is only constructed here), wherever Execute stands."""
+    pytest.importorskip("nbgrader")
+    import nbformat
+    from nbconvert.exporters import NotebookExporter
+    from nbgrader.preprocessors import Execute
+    from traitlets.config import Config
+
+    from grader.authoring.nbgrader_autograde import KernelInPipeline, SandboxedGrades
+
+    exporter = NotebookExporter()
+    steps = [Execute, SandboxedGrades] if order == "kernel_first" else [SandboxedGrades, Execute]
+    with pytest.raises(KernelInPipeline, match="runs the student's notebook in a kernel"):
+        for step in steps:
+            exporter.register_preprocessor(step, enabled=True)
+        exporter.from_notebook_node(nbformat.v4.new_notebook(),
+                                    resources={"nbgrader": {"notebook": LAB1}})
+    # `nbgrader autograde --no-execute` disables Execute: accepted
+    quiet = NotebookExporter(config=Config({"Execute": {"enabled": False}}))
+    quiet.register_preprocessor(Execute)
+    quiet.register_preprocessor(SandboxedGrades)
+
+
 # ======================================================================================
 # Real nbgrader, end to end
 # ======================================================================================
@@ -633,8 +674,7 @@ KERNEL_ATTACKS = {
 def graded_course(tmp_path_factory, rubric):
     """A course whose lab1 was released and autograded for three students:
     alice: the solution, in a messy notebook (reordered, import cell and a test cell deleted,
-           a solution cell retyped without metadata, experiments, magics, warnings on stderr,
-           including one written straight to fd 2 while the first test cell runs);
+           a solution cell retyped without metadata, experiments, magics, warnings);
     bob:   the released notebook, untouched;
     carol: the released notebook filled in with one bug (causal_mask off by one)."""
     if NBGRADER_MISSING:
@@ -676,20 +716,6 @@ def graded_course(tmp_path_factory, rubric):
         print("a line on stderr", file=sys.stderr)
         assert out.sum() == 12345, "a failed check of my own"
         """), outputs=[{"output_type": "stream", "name": "stderr", "text": "stale\n"}]))
-    # The last cell before the tests ends at once; a thread writes a warning to fd 2, bypassing
-    # sys.stderr, once the first test cell has imported the grader's check (that cell then runs
-    # the grader in a subprocess: seconds). Waiting for the import, not a fixed delay, puts the
-    # warning in a graded cell on a fast machine too (a 2.5 s timer once fired after every
-    # test cell had finished, so the control test below saw no warning).
-    cells.insert(sdpa + 3, _code_cell(textwrap.dedent("""\
-        def _warn_late():
-            import time
-            while "grader.notebooks" not in sys.modules:
-                time.sleep(0.005)
-            time.sleep(0.1)
-            os.write(2, b"UserWarning: a late warning\\n")
-        threading.Thread(target=_warn_late, daemon=True).start()
-        """)))
     students = {
         "alice": alice,
         "bob": release,
@@ -811,71 +837,23 @@ def test_the_lab2_notebook_alone_autogrades_to_full_marks(graded_course, rubric)
 
 
 @needs_nbgrader
-def test_warnings_on_stderr_cost_nothing(graded_course):
+def test_warnings_in_student_code_cost_nothing_and_no_cell_runs(graded_course):
+    """alice's code warns (a PyTorch UserWarning, warnings.warn) where it is graded, in the
+    sandbox, and her scratch cell prints to stderr: nothing of it reaches a test cell (full
+    marks: test_autograde_full_untouched_and_one_bug), because autograde runs no cell of the
+    notebook; the test cells hold the sandbox's verdicts only."""
     nb = _nb(graded_course["course"] / "autograded" / "alice" / LAB1 / f"{LAB1}.ipynb")
     scratch = next(c for c in nb["cells"] if "a line on stderr" in _src(c))
-    stderr = "".join("".join(o["text"]) for o in scratch["outputs"]
-                     if o["output_type"] == "stream" and o["name"] == "stderr")
-    assert "a line on stderr" in stderr          # stderr output happened (in a cell worth nothing)
+    assert scratch["outputs"] == [] and scratch.get("execution_count") is None
     for c in nb["cells"]:
         if _meta(c).get("grade"):
             kinds = [(o["output_type"], o.get("name")) for o in c["outputs"]]
-            assert ("stream", "stderr") not in kinds and ("error", None) not in kinds, (c["id"], c["outputs"])
+            assert kinds == [("stream", "stdout")] or \
+                kinds == [("stream", "stdout"), ("execute_result", None)], (c["id"], c["outputs"])
+        elif c["cell_type"] == "code":
+            assert c["outputs"] == [], (c["id"], c["outputs"])
     restored = [c for c in nb["cells"] if _meta(c).get("grade_id") == "public_test_causal_mask_square"]
     assert len(restored) == 1 and "passed" in "".join("".join(o.get("text", "")) for o in restored[0]["outputs"])
-
-
-@needs_nbgrader
-def test_without_the_config_the_late_warning_would_cost_points(graded_course, rubric, tmp_path):
-    """Control for the test above: the same autograde of alice with IgnorePattern off, and
-    with nbgrader's own pipeline (the kernel's outputs decide): the warning costs points.
-    With the sandboxed grades, the kernel's outputs decide nothing, warning or not."""
-    import shutil
-
-    course = tmp_path / "course"
-    shutil.copytree(graded_course["course"], course, ignore=shutil.ignore_patterns("autograded", "feedback"))
-    _nbgrader(graded_course["env"], course, "autograde", LAB1, "--student", "alice",
-              "--IgnorePattern.enabled=False", "--force")
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        assert gb.find_submission(LAB1, "alice").score == rubric.labs[LAB1].max_points
-    config = course / "nbgrader_config.py"
-    text = config.read_text()
-    start = text.index("c.Autograde.autograde_preprocessors = [")
-    config.write_text(text[:start] + text[text.index("]\n", start) + 2:])
-    shutil.rmtree(course / "autograded")
-    _nbgrader(graded_course["env"], course, "autograde", LAB1, "--student", "alice",
-              "--IgnorePattern.enabled=False")
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        assert gb.find_submission(LAB1, "alice").score < rubric.labs[LAB1].max_points
-    nb = _nb(course / "autograded" / "alice" / LAB1 / f"{LAB1}.ipynb")
-    stderr = [o for c in nb["cells"] if _meta(c).get("grade") for o in c["outputs"]
-              if o.get("name") == "stderr"]
-    assert stderr and "UserWarning: a late warning" in "".join(stderr[0]["text"])
-
-
-@needs_nbgrader
-def test_ignore_pattern_drops_warnings_only(course):
-    """nbgrader's own IgnorePattern, configured by the generated nbgrader_config.py."""
-    from nbformat.v4 import new_code_cell, new_output
-    from nbgrader.preprocessors import IgnorePattern
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
-    pp = IgnorePattern(config=config)
-    assert pp.enabled
-    warning = ("/tmp/lab1_attention.py:12: UserWarning: To copy construct from a tensor, it is "
-               "recommended to use sourceTensor.clone().detach()\n  _copy = torch.tensor(q)\n")
-    cell = new_code_cell("check()", outputs=[
-        new_output("stream", name="stderr", text=warning),
-        new_output("stream", name="stderr", text="UserWarning: a late warning\n"),
-        new_output("stream", name="stdout", text="passed: test (2 points)\n"),
-    ])
-    cell, _ = pp.preprocess_cell(cell, {}, 0)
-    assert [o.name for o in cell.outputs] == ["stdout"]
-    cell = new_code_cell("check()", outputs=[
-        new_output("stream", name="stderr", text=warning + "Traceback (most recent call last): boom\n")])
-    cell, _ = pp.preprocess_cell(cell, {}, 0)
-    assert len(cell.outputs) == 1                # anything else on stderr still counts
 
 
 @needs_nbgrader
@@ -1026,3 +1004,103 @@ def test_too_many_code_cells_are_refused(tmp_path):
     path = _write_nb(nb, tmp_path / f"{LAB1}.ipynb")
     with pytest.raises(NotebookError, match="more than 1000 code cells"):
         lab_source_from_notebook(path, rel=path.name, lab_file=f"{LAB1}.py", forbidden=())
+
+
+# --------------------------------------------------------------------------------------
+# No student code runs on the grading machine (issue #28)
+# --------------------------------------------------------------------------------------
+
+# A cell a student adds to the solved notebook: it reads what the grading machine holds
+# (the course secret, a solution, a hidden suite) through the grader's own paths, prints
+# it (nbgrader keeps a cell's outputs in the autograded notebook, and generate_feedback
+# shows them to the student), and leaves a file in the grader's course folder and in the
+# nbgrader course. Safe to run: it refuses any folder outside the test's temporary root,
+# and the grader's course there is a copy (with the kit's hidden suite copied into it,
+# since the kit's own suites live in the package, outside any temporary folder).
+LOOK_AROUND = '''\
+def _look_around(root):
+    import pathlib
+    import grader.paths
+    course = pathlib.Path(grader.paths.COURSE)
+    nbgrader_course = pathlib.Path.cwd().parents[2]
+    for folder in (course, nbgrader_course):
+        if not str(folder.resolve()).startswith(root):
+            raise SystemExit(f"not the test's temporary folder: {{folder}}")
+    print("secret:", (course / ".grader-secret").read_text())
+    print("solution:", (course / "solutions" / "lab1_attention.py").read_text())
+    print("hidden suite:", (course / "suites" / "hidden" / "test_lab1_attention.py").read_text())
+    for folder in (course, nbgrader_course):
+        (folder / "written-by-a-student").write_text("a student's kernel ran here")
+
+_look_around({root!r})
+'''
+
+
+@pytest.fixture(scope="module")
+def attacked_course(tmp_path_factory, rubric):
+    """Lab 1 released and autograded by real nbgrader with the course's config, for one
+    student whose solved notebook carries LOOK_AROUND, against a copy of the grader's
+    course (GRADER_COURSE_DIR) holding a fresh secret and canaries in a solution and a
+    hidden suite."""
+    import secrets
+    import shutil
+
+    if NBGRADER_MISSING:
+        pytest.skip(NBGRADER_MISSING)
+    root = tmp_path_factory.mktemp("nbgrader-attacked").resolve()
+    grading = root / "grading-course"
+    shutil.copytree(paths.SOLUTIONS, grading / "solutions")
+    shutil.copy(paths.RUBRIC, grading / "rubric.yaml")
+    canaries = {"secret": secrets.token_hex(32), "solution": "canary-" + secrets.token_hex(8),
+                "suite": "canary-" + secrets.token_hex(8)}
+    (grading / ".grader-secret").write_text(canaries["secret"] + "\n")
+    (grading / ".grader-secret").chmod(0o600)
+    solution = grading / "solutions" / f"{LAB1}.py"
+    solution.write_text(solution.read_text() + f"# {canaries['solution']}\n")
+    suite = grading / "suites" / "hidden" / f"test_{LAB1}.py"
+    suite.parent.mkdir(parents=True)
+    suite.write_text((paths.SUITES / "hidden" / f"test_{LAB1}.py").read_text()
+                     + f"# {canaries['suite']}\n")
+    course = root / "course"
+    write_course(course, labs=[LAB1])
+    env = {**private_jupyter_env(root), "GRADER_COURSE_DIR": str(grading)}
+    proc = generate_assignments(course, [LAB1], env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    nb = _nb(course / "source" / LAB1 / f"{LAB1}.ipynb")
+    first_test = next(i for i, c in enumerate(nb["cells"]) if _meta(c).get("grade"))
+    nb["cells"].insert(first_test, _code_cell(LOOK_AROUND.format(root=str(root))))
+    _write_nb(nb, course / "submitted" / "mallory" / LAB1 / f"{LAB1}.ipynb")
+    auto = _nbgrader(env, course, "autograde", LAB1)
+    _nbgrader(env, course, "generate_feedback", LAB1)
+    return {"root": root, "course": course, "grading": grading, "canaries": canaries,
+            "log": auto.stdout + auto.stderr}
+
+
+@needs_nbgrader
+def test_a_notebook_cell_reaches_nothing_on_the_grading_machine(attacked_course, rubric):
+    """nbgrader autograde with the course's config starts no kernel: the student's cell
+    reads nothing, writes nothing, and the feedback holds none of the course; the grades
+    and test cells' outputs are the sandboxed grader's, so the solution keeps full marks."""
+    root, course = attacked_course["root"], attacked_course["course"]
+    assert not list(root.rglob("written-by-a-student")), "a student's cell ran on the grader"
+    feedback = (course / "feedback" / "mallory" / LAB1 / f"{LAB1}.html").read_text(encoding="utf-8")
+    autograded_path = course / "autograded" / "mallory" / LAB1 / f"{LAB1}.ipynb"
+    autograded = autograded_path.read_text(encoding="utf-8")
+    for what, canary in attacked_course["canaries"].items():
+        assert canary not in feedback, f"the feedback shows the course's {what}"
+        assert canary not in autograded, f"the autograded notebook holds the course's {what}"
+    assert "_look_around" in feedback                      # the student's own cell, unrun
+    nb = json.loads(autograded)
+    for c in nb["cells"]:
+        if c["cell_type"] != "code":
+            continue
+        if _meta(c).get("grade"):          # a test cell: the sandbox's verdict, on stdout only
+            assert [(o["output_type"], o.get("name")) for o in c["outputs"]][:1] == \
+                [("stream", "stdout")], (c["id"], c["outputs"])
+            assert "graded in the sandbox" in "".join(c["outputs"][0]["text"])
+        else:                              # the student's cells were never run
+            assert c["outputs"] == [] and c.get("execution_count") is None, (c["id"], c["outputs"])
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        mallory = gb.find_submission(LAB1, "mallory")
+        assert mallory.score == mallory.max_score == rubric.labs[LAB1].max_points, \
+            attacked_course["log"][-4000:]

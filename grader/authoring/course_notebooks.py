@@ -33,15 +33,19 @@ c = get_config()  # noqa: F821
 
 c.CourseDirectory.course_id = "attention-labs"
 
-# Test cells grade the whole lab in a separate process the first time they run (~10-30 s).
-c.Execute.timeout = 600
-
-# nbgrader gives 0 points to a test cell with any output on stderr (nbgrader PR #1904).
-# Our test cells write nothing there; should a library still print a warning into one
-# (a PyTorch UserWarning and the source line Python shows under it), drop that output
-# instead of the points. Output with anything else on stderr is kept and still counts.
-c.IgnorePattern.enabled = True
-c.IgnorePattern.pattern = r"\A(?:[^ \t\n](?:(?!Warning\b)[^\n])*Warning\b[^\n]*(?:\n|\Z)(?:[ \t][^\n]*(?:\n|\Z))*)+\Z"
+# No student code runs on the grading machine: autograde starts no kernel. SandboxedGrades
+# takes the place of nbgrader's Execute: it grades the notebook's code in the sandbox, as
+# `grader grade` grades a notebook, and writes every test cell's outputs from that result;
+# the student's own cells are not run at all (grader/authoring/nbgrader_autograde.py). It
+# refuses a pipeline that would still start a kernel.
+c.Autograde.autograde_preprocessors = [
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "grader.authoring.nbgrader_autograde.SandboxedGrades",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 
 # Feedback shows the autograded notebook: strip the hidden test regions (nbgrader #917).
 # (They only name opaque test ids, and hidden failures print no values, in any case.)
@@ -54,19 +58,10 @@ c.GenerateFeedback.preprocessors = [
 # A deleted test cell is put back by autograde instead of breaking it (nbgrader #1682, #1941).
 c.OverwriteCells.add_missing_cells = True
 
-# The grades come from the sandboxed grader, run in nbgrader's own process after the
-# notebook ran: the test cells' outputs in the student's kernel are advisory only, so no
-# code in that kernel can change a grade (grader/authoring/nbgrader_autograde.py).
-c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
-    "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "grader.authoring.nbgrader_autograde.SandboxedGrades",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]
+# Where a kernel does run the course's own notebooks (nbgrader validate or generate_solution
+# on the instructor's solutions), a test cell grades the whole lab in a separate process the
+# first time it runs (~10-30 s).
+c.Execute.timeout = 600
 '''
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -1,16 +1,26 @@
-"""``nbgrader autograde``'s grades from the sandboxed grader, not from the student's kernel.
+"""``nbgrader autograde`` without a kernel: grades and test cells' outputs from the sandbox.
 
-A notebook's test cells call ``grader.notebooks.check`` in the kernel that ran the student's
-code, and whatever the student's code did to that kernel (``sys.modules``, builtins,
-IPython's hooks) decides what those cells print: left to nbgrader, the points would depend
-on code running in the student's kernel. ``SandboxedGrades`` is an nbgrader preprocessor that
-``grader notebooks`` puts into the course's autograde pipeline, after the notebook ran and
-before nbgrader saves the grades. In nbgrader's own (trusted) process it grades the notebook's
-code with ``grading.Grader`` (student code only in sandbox workers), and sets every test
-cell's outputs from that result: a "passed" line on stdout for a pass, an error output with the grader's
-message for a failure; the one cell of all hidden tests gets a line per test and, as its
-result, the points of those that passed (nbgrader's partial credit). nbgrader then scores each
-test cell from those outputs, as always.
+Left to nbgrader, autograde runs the student's notebook in a Jupyter kernel on the grading
+machine, as the grader's user, with the course importable: one extra cell could read the
+course secret, the solutions and the hidden suites, print them into the feedback, or write
+into the course folder; and whatever it did to that kernel (``sys.modules``, builtins,
+IPython's hooks) would decide what the test cells print. So the course's
+``nbgrader_config.py`` (grader/authoring/course_notebooks.py) takes nbgrader's ``Execute``
+out of ``Autograde.autograde_preprocessors`` and puts ``SandboxedGrades`` in: no kernel is
+started and no cell of the notebook runs on the grading machine.
+
+``SandboxedGrades`` grades the notebook's code in nbgrader's own (trusted) process with
+``grading.Grader``, as ``grader grade`` grades a ``.ipynb``: the code is extracted from the
+cells (grader.intake.notebook: definitions only, never run there) and runs only in sandbox
+workers. It then sets every test cell's outputs from that result: a "passed" line on stdout
+for a pass, an error output with the grader's message for a failure; the one cell of all
+hidden tests gets a line per test and, as its result, the points of those that passed
+(nbgrader's partial credit). Every other code cell is left without outputs. nbgrader then
+scores each test cell from those outputs, as always.
+
+It refuses to take part in a pipeline that also runs a kernel (nbgrader's ``Execute``, or
+any other nbclient-based step): an old config, or one edited back to nbgrader's defaults,
+fails loudly before the kernel starts instead of running student code beside the grader.
 """
 
 from __future__ import annotations
@@ -18,11 +28,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from nbclient import NotebookClient
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grader import paths
-from grader.errors import NotebookError
+from grader.errors import NotebookError, UsageError
 from grader.grading import Grader
 from grader.intake.notebook import (HIDDEN_TESTS_GRADE_ID, Cell, extract_lab_source,
                                     given_imports, grade_id_for, is_test_cell)
@@ -33,10 +44,43 @@ def _error(headline: str, message: str) -> NotebookNode:
                         traceback=[headline] + (message.splitlines() if message else []))
 
 
+class KernelInPipeline(UsageError):
+    """The autograde pipeline would run the student's notebook in a kernel."""
+
+
+def kernel_steps(preprocessors) -> list[str]:
+    """The names of the enabled steps among ``preprocessors`` that run a notebook in a
+    kernel (nbgrader's Execute and nbconvert's ExecutePreprocessor are nbclient clients)."""
+    return [type(p).__name__ for p in preprocessors
+            if isinstance(p, NotebookClient) and getattr(p, "enabled", True)]
+
+
+def _refuse_kernels(preprocessors) -> None:
+    found = kernel_steps(preprocessors)
+    if found:
+        raise KernelInPipeline(
+            f"nbgrader's autograde pipeline runs the student's notebook in a kernel "
+            f"({', '.join(found)}): that would run student code on the grading machine, "
+            "outside the sandbox. Remove it from c.Autograde.autograde_preprocessors "
+            "(regenerate nbgrader_config.py with `grader notebooks`); SandboxedGrades "
+            "grades the notebook's code in the sandbox instead.")
+
+
 class SandboxedGrades(NbGraderPreprocessor):
-    """Every test cell's outputs from the sandboxed grader's result (see the module doc)."""
+    """Every test cell's outputs from the sandboxed grader's result, no kernel (see the
+    module doc)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # nbconvert builds the steps in order before any runs: one before this (a kernel
+        # would start before we grade) is refused now; preprocess() checks the whole list.
+        _refuse_kernels(self._pipeline())
+
+    def _pipeline(self) -> list:
+        return [p for p in getattr(self.parent, "_preprocessors", None) or [] if p is not self]
 
     def preprocess(self, nb: NotebookNode, resources: dict):
+        _refuse_kernels(self._pipeline())
         lab = str(resources.get("nbgrader", {}).get("notebook") or "")
         rubric = load_rubric(paths.RUBRIC)
         outcomes, reason = self._grade(nb, lab, rubric)
@@ -45,7 +89,12 @@ class SandboxedGrades(NbGraderPreprocessor):
                   if t.visibility == "hidden"] if spec else []
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
-            if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
+            if cell.get("cell_type") != "code":
+                continue
+            if not meta.get("grade") or meta.get("solution"):
+                # The student's cells never ran here (nbgrader cleared what was handed in;
+                # `--no-execute` keeps it): the notebook holds only the grader's outputs.
+                cell.outputs, cell.execution_count = [], None
                 continue
             if meta.get("grade_id") == HIDDEN_TESTS_GRADE_ID:
                 cell.outputs = _hidden_outputs([outcomes.get(gid) for gid in hidden], reason)
