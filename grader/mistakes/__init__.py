@@ -104,7 +104,7 @@ def replay(impl: Impl, req: dict) -> Result:
             return Result(error=exc)
 
 
-_REPLAYS = ValueCache()
+_REPLAYS = ValueCache(name="grader.mistakes.replays")
 
 
 def cached_replay(impl: Impl, req: dict) -> Result:
