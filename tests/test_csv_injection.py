@@ -132,3 +132,26 @@ def test_grades_csv_cells_are_safe_and_names_stay_plain_in_the_html(tmp_path, ru
             spreadsheet.text_cell(student) == student
         feedback = (out / student / "feedback.html").read_bytes().decode("utf-8")
         assert f"<h1>Feedback for {html.escape(student)}</h1>" in feedback, student
+
+
+def test_every_csv_the_grader_writes_goes_through_the_safe_writer():
+    """No module of the grader but grader.outputs.spreadsheet builds a csv writer: a new
+    CSV output must use spreadsheet.writer (and so escape its text cells)."""
+    import ast
+    from pathlib import Path
+
+    import grader
+
+    package = Path(grader.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "outputs" / "spreadsheet.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            builds_writer = (isinstance(node, ast.Attribute)
+                             and node.attr in ("writer", "DictWriter")
+                             and isinstance(node.value, ast.Name) and node.value.id == "csv")
+            imports_from_csv = isinstance(node, ast.ImportFrom) and node.module == "csv"
+            if builds_writer or imports_from_csv:
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == [], f"CSV written around grader.outputs.spreadsheet: {found}"
