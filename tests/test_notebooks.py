@@ -1073,7 +1073,7 @@ def attacked_course(tmp_path_factory, rubric):
     auto = _nbgrader(env, course, "autograde", LAB1)
     _nbgrader(env, course, "generate_feedback", LAB1)
     return {"root": root, "course": course, "grading": grading, "canaries": canaries,
-            "log": auto.stdout + auto.stderr}
+            "env": env, "log": auto.stdout + auto.stderr}
 
 
 @needs_nbgrader
@@ -1104,3 +1104,30 @@ def test_a_notebook_cell_reaches_nothing_on_the_grading_machine(attacked_course,
         mallory = gb.find_submission(LAB1, "mallory")
         assert mallory.score == mallory.max_score == rubric.labs[LAB1].max_points, \
             attacked_course["log"][-4000:]
+
+
+@needs_nbgrader
+def test_nbgrader_export_writes_spreadsheet_safe_cells(attacked_course, rubric):
+    """`nbgrader export` with the course's config: student ids from folder names (here
+    added to the gradebook as nbgrader adds them) are neutralised and quoted, scores stay
+    bare numbers, and mallory's full marks are there."""
+    import csv
+    import io
+
+    from grader.outputs.spreadsheet import text_cell
+
+    course = attacked_course["course"]
+    hostile = ['=HYPERLINK("http://x.example","click")', "+SUM(1,1)", "-1+1", "@SUM(1,1)",
+               "a,b"]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student in hostile:
+            gb.update_or_create_student(student)
+    _nbgrader(attacked_course["env"], course, "export", "--to", "exported.csv")
+    text = (course / "exported.csv").read_bytes().decode("utf-8")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    by = {r["student_id"]: r for r in rows}
+    assert set(by) == {"mallory", *(text_cell(s) for s in hostile)}
+    assert float(by["mallory"]["score"]) == rubric.labs[LAB1].max_points
+    for line in text.split("\r\n")[1:-1]:
+        assert re.search(r',\d+(\.\d+)?,\d+(\.\d+)?,\d+(\.\d+)?,\d+(\.\d+)?$', line), line
+        assert line.startswith('"lab1_attention",'), line

@@ -58,6 +58,10 @@ c.GenerateFeedback.preprocessors = [
 # A deleted test cell is put back by autograde instead of breaking it (nbgrader #1682, #1941).
 c.OverwriteCells.add_missing_cells = True
 
+# `nbgrader export` writes grades.csv safe to open in a spreadsheet: student ids come from
+# folder names, and nbgrader's own exporter writes them unquoted, formulas and all.
+c.ExportApp.plugin_class = "grader.authoring.nbgrader_export.SafeCsvExport"
+
 # Where a kernel does run the course's own notebooks (nbgrader validate or generate_solution
 # on the instructor's solutions), a test cell grades the whole lab in a separate process the
 # first time it runs (~10-30 s).
