@@ -18,8 +18,8 @@ import torch
 
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.reference import load_reference
-from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, protocol,
-                            usage, wire)
+from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
+                            protocol, usage, wire)
 from grader.sandbox.usage import Measured
 
 
@@ -290,28 +290,44 @@ class Session:
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
         return reply["ok"]
 
-    def measure(self, lab: str, req: dict) -> tuple[object, Measured]:
+    def measure(self, lab: str, req: dict, warmup: dict | None = None
+                ) -> tuple[object, Measured]:
         """``req`` (a call or grad request) in a fresh worker of its own, measured from the
-        kernel's accounting (``grader.sandbox.usage``): (the reply's value, what the call
-        used above its inputs). Never sent ahead; recorded like every call."""
+        kernel's accounting (``grader.sandbox.usage``, ``grader.sandbox.memcg``): (the
+        reply's value, what the call used above its inputs). ``warmup``: a request run
+        first in the same worker (the same function at a small size), so that a library's
+        one-time cost (a lazy import, a first-call cache) is not the call's. Never sent
+        ahead; recorded like every call."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)
-        worker = None
+        worker = setup = call = None
         try:
             worker = self._spawn(lab)
+            setup = memcg.group()
+            if setup is not None:
+                setup.add(worker.pid)       # what the import and the warm-up hold is read here
             self._exchange(worker, lab, protocol.stage_request(req))   # read the inputs
-            usage.reset_peak(worker.pid)
-            held = usage.reading(worker.pid)        # inputs held, the lab not imported yet
+            held = self._memory_now(worker, setup)   # inputs held, the lab not imported yet
             self._exchange(worker, lab, protocol.probe_request([]))     # import the lab
-            imported = usage.reading(worker.pid)
-            # Memory from before the import (what the module touches at import is the
-            # call's: an arena faulted in there and reused by the call is not free), CPU
-            # time from after it (the call's work only).
-            before = replace(held, cpu_ns=imported.cpu_ns)
+            imported = self._memory_now(worker, setup)
+            if warmup is not None:
+                self._exchange(worker, lab, warmup)
+            warmed = self._memory_now(worker, setup)
+            if setup is not None:
+                call = memcg.group()
+            if call is not None:
+                call.add(worker.pid)        # only what the call faults in from here counts
+            else:
+                usage.reset_peak(worker.pid)
+            before = usage.reading(worker.pid)
             value = self._exchange(worker, lab, protocol.run_staged_request())
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
+            call_peak = call.peak() if call is not None else used.peak_bytes
+            used = replace(used, peak_bytes=usage.charged(
+                imported=imported - held, kept_by_warmup=warmed - imported,
+                call_peak=call_peak))
         except StudentError as exc:
             self._record(RecordedCall(lab, req, error=exc))
             raise
@@ -323,8 +339,16 @@ class Session:
         finally:
             if worker is not None:
                 worker.kill()
+            for group in (setup, call):
+                if group is not None:
+                    group.remove()
         self._record(RecordedCall(lab, req, value=value, used=used))
         return value, used
+
+    @staticmethod
+    def _memory_now(worker: Worker, group) -> int:
+        """Bytes the worker holds now: charged to its cgroup, or resident (the fallback)."""
+        return group.usage() if group is not None else usage.reading(worker.pid).resident
 
     def train(self, lab: str, req: dict) -> tuple[object, Measured]:
         """A train request (protocol "train"), answered once per submission: the first test
@@ -463,14 +487,22 @@ class StudentLab:
         """``<lab>.<name>(*args, **kwargs)`` in the worker."""
         return self._request(protocol.call_request(name, args, kwargs, seed))
 
-    def measure(self, name: str, *args, seed: int = 0, **kwargs) -> "Measurement":
+    def measure(self, name, *args, seed: int = 0, warmup: tuple | None = None,
+                **kwargs) -> "Measurement":
         """``<lab>.<name>(*args, **kwargs)`` in a fresh worker of its own, measured by the
         grader from the kernel's accounting: the value, the peak memory above the inputs
-        (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``)."""
+        (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``). ``warmup``:
+        the positional arguments of a first, unmeasured call of the same function with the
+        same keywords (small inputs), so that one-time costs are not the call's.
+        ``name``: a function's name, or a module method (``ModuleHandle.measure``)."""
         req = protocol.call_request(name, args, kwargs, seed)
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
-        value, used = self._session.measure(self.lab, req)
+        first = None
+        if warmup is not None:
+            first = protocol.call_request(name, warmup, kwargs, seed)
+            _check_args(first["args"])
+        value, used = self._session.measure(self.lab, req, first)
         return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
                            other_processes=used.other_processes)
 
@@ -560,6 +592,13 @@ class ModuleHandle:
 
     def __call__(self, *args, seed: int = 0, **kwargs):
         return self._lab._request(protocol.call_request(self._spec(), args, kwargs, seed))
+
+    def measure(self, name: str, *args, seed: int = 0, warmup: tuple | None = None,
+                **kwargs) -> "Measurement":
+        """``module.<name>(*args, **kwargs)`` measured as ``StudentLab.measure`` measures a
+        function (the module is built in the measured call: its weights count)."""
+        spec = {**self._spec(), "method": name}
+        return self._lab.measure(spec, *args, seed=seed, warmup=warmup, **kwargs)
 
     def method(self, name: str, *args, seed: int = 0, **kwargs):
         """``module.<name>(*args, **kwargs)`` in the worker: a public method other than
