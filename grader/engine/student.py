@@ -16,10 +16,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from grader import paths
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.reference import load_reference
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
                             protocol, usage, wire)
+from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
 
 
@@ -157,6 +159,7 @@ class Session:
     # Train requests answered for this submission (lab, request frame) -> (value, Measured)
     # or the StudentError: a lab's outcome tests share one training (``train``).
     trained: dict = field(default_factory=dict)
+    references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
 
     def __post_init__(self):
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
@@ -217,12 +220,15 @@ class Session:
         self.workers[lab] = worker
         return worker
 
-    def _spawn(self, lab: str) -> Worker:
-        """A new worker for ``lab`` (the caller keeps it, or kills it)."""
+    def _spawn(self, lab: str, *, reference: bool = False) -> Worker:
+        """A new worker for ``lab`` (the caller keeps it, or kills it); ``reference``: one
+        serving the course's reference file of the lab instead of the submission's."""
         provided = self.provided.get(lab) or {}
+        folder = self._reference_folder(lab) if reference else self.submission_dir
         try:
-            worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
-                                       forbidden=list(self.forbidden.get(lab, ())),
+            worker = self.zygote.spawn(submission=folder, lab=lab,
+                                       forbidden=[] if reference
+                                       else list(self.forbidden.get(lab, ())),
                                        provided=provided)
         except SandboxError as exc:
             # Not the student's doing: the test in flight fails at once, and the Grader
@@ -290,20 +296,21 @@ class Session:
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
         return reply["ok"]
 
-    def measure(self, lab: str, req: dict, warmup: dict | None = None
-                ) -> tuple[object, Measured]:
+    def measure(self, lab: str, req: dict, warmup: dict | None = None, *,
+                reference: bool = False) -> tuple[object, Measured]:
         """``req`` (a call or grad request) in a fresh worker of its own, measured from the
         kernel's accounting (``grader.sandbox.usage``, ``grader.sandbox.memcg``): (the
         reply's value, what the call used above its inputs). ``warmup``: a request run
         first in the same worker (the same function at a small size), so that a library's
-        one-time cost (a lazy import, a first-call cache) is not the call's. Never sent
-        ahead; recorded like every call."""
+        one-time cost (a lazy import, a first-call cache) is not the call's. ``reference``:
+        the course's reference answers instead, in a worker like the student's (its time
+        is the test's too); not recorded. Never sent ahead; recorded like every call."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)
         worker = setup = call = None
         try:
-            worker = self._spawn(lab)
+            worker = self._spawn(lab, reference=reference)
             setup = memcg.group()
             if setup is not None:
                 setup.add(worker.pid)       # what the import and the warm-up hold is read here
@@ -329,12 +336,18 @@ class Session:
                 imported=imported - held, kept_by_warmup=warmed - imported,
                 call_peak=call_peak))
         except StudentError as exc:
-            self._record(RecordedCall(lab, req, error=exc))
+            if reference and exc.kind != "timeout":   # the grader's fault, never a score
+                self.fault = self.fault or SandboxError(f"the reference {lab} failed: {exc}")
+            else:
+                self._record(RecordedCall(lab, req, error=exc))
             raise
         except OSError as exc:          # the worker's /proc went away: it is gone
             error = StudentError(kind="crash", lab=lab,
                                  message=f"the worker ended before it could be measured ({exc})")
-            self._record(RecordedCall(lab, req, error=error))
+            if reference:
+                self.fault = self.fault or SandboxError(f"the reference {lab} failed: {exc}")
+            else:
+                self._record(RecordedCall(lab, req, error=error))
             raise error from None
         finally:
             if worker is not None:
@@ -342,7 +355,8 @@ class Session:
             for group in (setup, call):
                 if group is not None:
                     group.remove()
-        self._record(RecordedCall(lab, req, value=value, used=used))
+        if not reference:
+            self._record(RecordedCall(lab, req, value=value, used=used))
         return value, used
 
     @staticmethod
@@ -438,10 +452,22 @@ class Session:
                         f"{', '.join(names)} (a renamed or deleted definition?)")
         return None
 
+    def _reference_folder(self, lab: str) -> str:
+        """A private folder holding the course's reference file of ``lab`` alone, made once
+        per session: a worker serving it runs the reference in the same conditions as the
+        student's code (a resource test's yardstick, ``measure(reference=True)``)."""
+        if lab not in self.references:
+            source = (paths.SOLUTIONS / f"{lab}.py").read_bytes()
+            self.references[lab] = make_scratch({f"{lab}.py": source})
+        return self.references[lab].name
+
     def close(self) -> None:
         for worker in self.workers.values():
             worker.kill()
         self.workers.clear()
+        for scratch in self.references.values():
+            scratch.cleanup()
+        self.references.clear()
 
 
 @dataclass
@@ -488,13 +514,15 @@ class StudentLab:
         return self._request(protocol.call_request(name, args, kwargs, seed))
 
     def measure(self, name, *args, seed: int = 0, warmup: tuple | None = None,
-                **kwargs) -> "Measurement":
+                reference: bool = False, **kwargs) -> "Measurement":
         """``<lab>.<name>(*args, **kwargs)`` in a fresh worker of its own, measured by the
         grader from the kernel's accounting: the value, the peak memory above the inputs
         (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``). ``warmup``:
         the positional arguments of a first, unmeasured call of the same function with the
         same keywords (small inputs), so that one-time costs are not the call's.
-        ``name``: a function's name, or a module method (``ModuleHandle.measure``)."""
+        ``name``: a function's name, or a module method (``ModuleHandle.measure``).
+        ``reference=True``: the course's reference measured the same way, in a worker like
+        the student's (the yardstick of a work test: the same machine, load and limits)."""
         req = protocol.call_request(name, args, kwargs, seed)
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
@@ -502,7 +530,7 @@ class StudentLab:
         if warmup is not None:
             first = protocol.call_request(name, warmup, kwargs, seed)
             _check_args(first["args"])
-        value, used = self._session.measure(self.lab, req, first)
+        value, used = self._session.measure(self.lab, req, first, reference=reference)
         return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
                            other_processes=used.other_processes)
 
@@ -594,11 +622,12 @@ class ModuleHandle:
         return self._lab._request(protocol.call_request(self._spec(), args, kwargs, seed))
 
     def measure(self, name: str, *args, seed: int = 0, warmup: tuple | None = None,
-                **kwargs) -> "Measurement":
+                reference: bool = False, **kwargs) -> "Measurement":
         """``module.<name>(*args, **kwargs)`` measured as ``StudentLab.measure`` measures a
         function (the module is built in the measured call: its weights count)."""
         spec = {**self._spec(), "method": name}
-        return self._lab.measure(spec, *args, seed=seed, warmup=warmup, **kwargs)
+        return self._lab.measure(spec, *args, seed=seed, warmup=warmup,
+                                 reference=reference, **kwargs)
 
     def method(self, name: str, *args, seed: int = 0, **kwargs):
         """``module.<name>(*args, **kwargs)`` in the worker: a public method other than
