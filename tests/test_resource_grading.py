@@ -103,3 +103,50 @@ def test_correct_labs_keep_full_marks(report, name, lab):
     """Correct code in other styles (sdpa steps, unfolded windows, cumsum of outer products)
     passes every resource test."""
     assert failed(report(name, lab)) == {}
+
+
+SPIN = b'''
+import time
+
+def spin(cpu_s):
+    end = time.process_time() + cpu_s
+    while time.process_time() < end:
+        pass
+    return 1
+
+def nap(s):
+    time.sleep(s)
+    return 1
+'''
+
+
+def test_a_wall_limit_follows_the_cpu_the_worker_was_given(zygote):
+    """Item 9: beside two CPU hogs (`yes`), 1.5 CPU-s of work under a 2 s wall limit takes
+    longer than 2 s of wall time: the time the worker waited for a CPU is added to its limit
+    (grader/sandbox/channel.py), so it answers; a sleep, never waiting for a CPU, still runs
+    out of time."""
+    import subprocess
+
+    from grader.engine.student import Session, StudentError, StudentLab
+    from grader.sandbox import make_scratch
+    scratch = make_scratch({"lab9_spin.py": SPIN})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    lab = StudentLab(session, "lab9_spin")
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        session.start_test(2.0, lab="lab9_spin")
+        import time
+        t0 = time.monotonic()
+        assert lab.call("spin", 1.5) == 1
+        took = time.monotonic() - t0
+        session.start_test(1.0, lab="lab9_spin")
+        with pytest.raises(StudentError) as info:
+            lab.call("nap", 30)
+        assert info.value.kind == "timeout"
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        session.close()
+        scratch.cleanup()
+    print(f"spin 1.5 CPU-s beside two hogs: {took:.2f} s wall")

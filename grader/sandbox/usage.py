@@ -83,6 +83,24 @@ def _threads_cpu_ns(pid: int) -> int:
     return total
 
 
+def run_delay_ns(pid: int) -> int:
+    """Nanoseconds the worker's threads spent runnable but waiting for a CPU (the second
+    field of ``schedstat``): time the machine's load took from it, never its own doing (a
+    sleeping or blocked thread is not runnable). 0 where unreadable."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def reading(pid: int) -> Usage:
     """The worker's accounting now. OSError if the process is gone."""
     status = _status(pid)
