@@ -150,3 +150,15 @@ def test_a_wall_limit_follows_the_cpu_the_worker_was_given(zygote):
         session.close()
         scratch.cleanup()
     print(f"spin 1.5 CPU-s beside two hogs: {took:.2f} s wall")
+
+
+def test_no_cgroup_is_left_behind(report):
+    """Every measured call's cgroups are removed with its worker."""
+    import os
+
+    from grader.sandbox import memcg
+    report("ok_lab6_broadcast_shapes", LAB6)
+    where = memcg.layout()
+    if where is None:
+        pytest.skip("no memory cgroup on this machine")
+    assert not list(where.parent.glob(f"attention-worker-{os.getpid()}-*"))

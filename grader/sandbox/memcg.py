@@ -143,15 +143,24 @@ class Group:
 
     def remove(self) -> None:
         """Remove the group once its processes are gone (retried briefly: a killed worker
-        leaves the cgroup a moment after its SIGKILL)."""
-        for _ in range(50):
+        leaves the cgroup a moment after its SIGKILL); a process still in it (one the caller
+        did not end) is moved back to the parent first, so no group is left behind."""
+        for attempt in range(50):
             try:
                 self.path.rmdir()
                 return
             except FileNotFoundError:
                 return
             except OSError:
+                if attempt >= 5:
+                    self._release()
                 time.sleep(0.02)
+
+    def _release(self) -> None:
+        """Move whatever is still in the group to its parent."""
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                (self.layout.parent / "cgroup.procs").write_text(pid)
 
 
 def group() -> Group | None:
