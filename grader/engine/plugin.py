@@ -19,7 +19,7 @@ import torch
 from grader.engine.compare import Mismatch
 from grader.rubric import Rubric
 from grader.secret import hidden_seed
-from grader.engine.student import Session, StudentError, StudentLab
+from grader.engine.student import MissingRaise, Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
@@ -50,7 +50,7 @@ def visibility_of(item) -> str:
 
 def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
     """What the student reads for a failed test; hidden tests never show values."""
-    if isinstance(exc, Mismatch):
+    if isinstance(exc, (Mismatch, MissingRaise)):
         text = exc.hidden if hidden else exc.public
     elif isinstance(exc, StudentError):
         text = exc.describe(hidden=hidden)
@@ -165,6 +165,8 @@ class GradingPlugin:
                                            stdout=self.session.last_stdout)
                 if report.when == "call":
                     diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
+                if diagnosis and isinstance(call.excinfo.value, Mismatch):
+                    message = call.excinfo.value.without_hint(message)
             elif report.skipped:
                 message = "the test was skipped, which counts as failed"
             elif report.passed and report.when == "call" and not hidden:
