@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from grader.outputs.text import cause_of, shared_causes
+from grader.outputs.text import (cause_of, handed_in_text, missing_lab_line, not_handed_in,
+                                 shared_causes)
 from grader.results import SubmissionResult
 
 
@@ -16,6 +17,9 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
 
     console = console or Console()
     for lab in result.labs:
+        if not_handed_in(lab):      # one line, not a row per test of a file that is not there
+            console.print(missing_lab_line(lab), markup=False, highlight=False)
+            continue
         causes = shared_causes(lab)
         heading = f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g}"
         table = Table(title=None if causes else heading, title_justify="left", expand=False,
@@ -41,7 +45,8 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
             name = t.name + (" (hidden)" if t.visibility == "hidden" else "")
             table.add_row(name, mark, f"{t.score:g}/{t.max_score:g}", escape(why))
         console.print(table)
+    covered = handed_in_text(result)
     console.print(f"[bold]Total: {result.score:g}/{result.max_score:g}[/bold]"
-                  f"  ({result.execution_time:.2f} s)")
+                  f"  ({result.execution_time:.2f} s)" + (f"  {escape(covered)}" if covered else ""))
 
 
