@@ -838,3 +838,41 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
     assert not torch.equal(bias(2, 3, 3, sign=1.0), ref.alibi_bias(2, 3, 3))
     assert not torch.equal(bias(2, 2, 5, top_left=True), ref.alibi_bias(2, 2, 5))
 
+
+def _first_paragraph(doc: str) -> str:
+    import inspect
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+
+
+def test_feedback_of_dot_titles_the_folder_takes_labs_and_keeps_whole_sentences(tmp_path,
+                                                                               monkeypatch):
+    """``grader feedback . --lab A --lab B`` (#29): titled with the folder's own name, both
+    labs and only them, each description the docstring's whole first paragraph (not its
+    first line, cut mid-sentence), and a footer that promises pictures only when the page
+    has some (lab 1 here passes: none)."""
+    import importlib.util
+
+    from grader.cli import main
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    for lab in ("lab1_attention", "lab3_positional"):
+        (folder / f"{lab}.py").write_bytes((paths.SOLUTIONS / f"{lab}.py").read_bytes())
+    monkeypatch.chdir(folder)
+    out = tmp_path / "out"
+    assert main(["feedback", ".", "--out", str(out), "--public",
+                 "--lab", "lab1_attention", "--lab", "lab3_positional"]) == 0
+    page = (out / "feedback.html").read_text()
+    assert "<h1>Feedback for alice</h1>" in page
+    assert 'id="lab1_attention"' in page and 'id="lab3_positional"' in page
+    assert 'id="lab2_multihead"' not in page
+    spec = importlib.util.spec_from_file_location(
+        "suite_lab3", paths.SUITES / "public" / "test_lab3_positional.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    shown = dict(re.findall(r'data-test="(test_\w+)".*?<div class="desc">(.*?)</div>', page))
+    assert shown
+    for name, desc in shown.items():
+        fn = getattr(suite, name, None)
+        if fn is not None:
+            assert html.unescape(desc) == _first_paragraph(fn.__doc__), name
+    assert "Pictures show" not in page

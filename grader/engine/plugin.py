@@ -10,6 +10,7 @@ message fit for the test's visibility.
 from __future__ import annotations
 
 import builtins
+import inspect
 import zlib
 from dataclasses import dataclass, field
 
@@ -46,6 +47,12 @@ def lab_of(item) -> str:
 
 def visibility_of(item) -> str:
     return item.path.parent.name
+
+
+def test_description(doc: str | None) -> str:
+    """A test's description: its docstring's first paragraph on one line (its first line
+    alone stops mid-sentence where the docstring wraps)."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
@@ -157,8 +164,7 @@ class GradingPlugin:
         report = outcome.get_result()
         if report.when == "call" or (report.when == "setup" and report.failed):
             hidden = visibility_of(item) == "hidden"
-            description = (item.function.__doc__ or "").strip().splitlines()[0:1]
-            description = description[0] if description else ""
+            description = test_description(item.function.__doc__)
             message, diagnosis, artifacts = "", "", []
             if report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
