@@ -33,6 +33,20 @@ def holds_lab_files(folder: Path, rubric) -> bool:
                for f in files)
 
 
+def labs_in_folder(folder: Path, rubric) -> list[str]:
+    """The labs whose file or notebook (or a near miss of its name) ``folder`` holds, in
+    the rubric's order: what a student working on some labs asks a check of."""
+    from grader.intake.names import is_close
+
+    try:
+        files = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError:
+        return []
+    notebook = {lab: Path(spec.file).stem + ".ipynb" for lab, spec in rubric.labs.items()}
+    return [lab for lab, spec in rubric.labs.items()
+            if any(f in (spec.file, notebook[lab]) or is_close(f, spec.file) for f in files)]
+
+
 def lab_of_file(path: Path, rubric) -> str | None:
     """The lab whose file (or notebook) ``path`` is, else None."""
     for lab, spec in rubric.labs.items():
@@ -73,6 +87,10 @@ def cmd_check(args) -> int:
     else:
         here = Path.cwd()
         submission = here if holds_lab_files(here, rubric) else paths.EXERCISES
+    if labs is None and submission.is_dir() and submission != paths.EXERCISES:
+        # The labs whose files are here: a student checks the labs they work on, not a
+        # line per lab they have not started (grader grade still grades every lab).
+        labs = labs_in_folder(submission, rubric) or None
     print(f"Checking {submission.resolve() if submission.exists() else submission}"
           + (f" ({', '.join(labs)})" if labs else ""), flush=True)
     result = grade_submission(submission, rubric=rubric, labs=labs, visibility=("public",))
