@@ -8,10 +8,10 @@ last lines are one summary per lab: ``lab1: 7/9 public tests pass``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from grader.cli.common import grade_submission
+from grader.outputs.text import lab_summary, short_name  # noqa: F401 - short_name: callers
 from grader.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -55,27 +55,10 @@ def lab_of_file(path: Path, rubric) -> str | None:
     return None
 
 
-def short_name(lab: str) -> str:
-    """``lab1_attention`` -> ``lab1`` (the lab's number is how students name it)."""
-    m = re.match(r"lab\d+", lab)
-    return m.group(0) if m else lab
-
-
-def lab_summary(lab) -> str:
-    """One line for a lab of a check: ``lab1: 7/9 public tests pass`` (and why, if not run)."""
-    passed = sum(t.passed for t in lab.tests)
-    line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
-    if lab.status != "graded" and lab.message:
-        from grader.intake.names import FILES_FOUND
-
-        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
-        line += f" ({why})"
-    return line
-
-
 def cmd_check(args) -> int:
     from grader import paths
     from grader.cli.common import labs_arg, load_rubric_arg
+    from grader.cli.common import waited_s
     from grader.outputs.terminal import render_table
 
     rubric = load_rubric_arg(args)
@@ -94,7 +77,7 @@ def cmd_check(args) -> int:
     print(f"Checking {submission.resolve() if submission.exists() else submission}"
           + (f" ({', '.join(labs)})" if labs else ""), flush=True)
     result = grade_submission(submission, rubric=rubric, labs=labs, visibility=("public",))
-    render_table(result)
+    render_table(result, waited_s=waited_s())
     failed = [t for lab in result.labs for t in lab.tests if not t.passed]
     if failed:
         print(f"{len(failed)} public test(s) failing. The hidden tests check more cases; "

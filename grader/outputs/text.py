@@ -39,6 +39,30 @@ def failure_text(test: TestResult) -> str:
 
 
 # ------------------------------------------------------------------------------------------
+# a check's one line per lab
+# ------------------------------------------------------------------------------------------
+
+
+def short_name(lab: str) -> str:
+    """``lab1_attention`` -> ``lab1`` (the lab's number is how students name it)."""
+    m = re.match(r"lab\d+", lab)
+    return m.group(0) if m else lab
+
+
+def lab_summary(lab: LabResult) -> str:
+    """One line for a lab of a check: ``lab1: 7/9 public tests pass`` (and why, if not run).
+    The student kit's README shows one, made by this function from the rubric."""
+    passed = sum(t.passed for t in lab.tests)
+    line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
+    if lab.status != "graded" and lab.message:
+        from grader.intake.names import FILES_FOUND
+
+        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
+        line += f" ({why})"
+    return line
+
+
+# ------------------------------------------------------------------------------------------
 # labs not handed in: one line each, not a table of failures
 # ------------------------------------------------------------------------------------------
 
