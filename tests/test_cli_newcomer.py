@@ -303,3 +303,18 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path):
     assert "Traceback" not in proc.stderr
     assert [p.name for p in dest.iterdir()] == ["thesis.tex"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".taken.")]   # no leftovers
+
+
+def test_check_prints_the_time_the_student_waited(tmp_path):
+    """The time on the Total line is the wall time since the command started (interpreter,
+    torch, sandbox and all), not only the grading's share of it (#29)."""
+    import re
+    import time
+    (tmp_path / f"{LAB3}.py").write_bytes((paths.SOLUTIONS / f"{LAB3}.py").read_bytes())
+    t0 = time.monotonic()
+    proc = run("check", str(tmp_path), "--lab", LAB3)
+    wall = time.monotonic() - t0
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    printed = float(re.search(r"Total: \S+\s+\(([\d.]+) s\)", proc.stdout).group(1))
+    # Only the interpreter's start before it and the exit after it are not counted.
+    assert 0.75 * wall <= printed <= wall, (printed, wall)
