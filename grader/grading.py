@@ -178,8 +178,10 @@ class Grader:
                                   name=name or submission.stem)
         started = time.monotonic()
         clean = sanitize(submission, self.rubric, list(self.rubric.labs))
+        # "." has no name of its own: the folder it stands for has ("Feedback for alice").
         return self.grade_sanitized(clean, labs=labs, visibility=visibility,
-                                    name=name or submission.name, started=started)
+                                    name=name or submission.name or submission.resolve().name,
+                                    started=started)
 
     def grade_sanitized(self, clean: Sanitized, *, name: str, labs: list[str] | None = None,
                         visibility: tuple[str, ...] | None = None,

@@ -122,3 +122,24 @@ def test_bench_check_runs_grader_check_cold_and_prints_its_figures(tmp_path):
     for phase in ("cli", "import torch", "zygote", "pytest", "grading", "tests", "output",
                   "exit"):
         assert f"\n  {phase:<14}" in proc.stdout, phase
+
+
+def test_bench_check_covers_a_one_lab_check_of_every_lab(tmp_path):
+    """bench_check.py has a one-lab case for each of the course's labs (#29: it had labs
+    1-4 only), and runs one: ``grader check FOLDER --lab LAB``."""
+    import importlib.util
+    import json
+    import subprocess
+    spec = importlib.util.spec_from_file_location("bench_check", BENCHMARKS / "bench_check.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    labs = sorted(p.stem for p in paths.SOLUTIONS.glob("lab*.py"))
+    assert len(labs) == 8 and set(labs) <= set(bench.CASES)
+    assert bench.check_args("lab5_decoder", tmp_path) == [str(tmp_path), "--lab", "lab5_decoder"]
+    figures = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_check.py"), "--cases",
+                           "lab3_positional", "--repeat", "1", "--breakdown", "1",
+                           "--json", str(figures)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(figures.read_text())["cases"]["lab3_positional"]
+    assert got["median_s"] > 0 and got["timeline"]["output_end"] > got["timeline"]["tests_end"]

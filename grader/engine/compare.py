@@ -16,10 +16,16 @@ import torch
 class Mismatch(AssertionError):
     """A check failed. ``str()`` is the public message; ``hidden`` the value-free one."""
 
-    def __init__(self, public: str, hidden: str | None = None):
+    def __init__(self, public: str, hidden: str | None = None, hint: str = ""):
         super().__init__(public)
         self.public = public
         self.hidden = hidden if hidden is not None else public
+        self.hint = hint        # the test's own guess at a cause (unchecked), if any
+
+    def without_hint(self, text: str) -> str:
+        """``text`` without the test's guessed cause: once a checked diagnosis names the
+        mistake, a guess that may contradict it is left out."""
+        return text.replace(f" Likely cause: {self.hint}", "") if self.hint else text
 
 
 def _axes_text(shape, axes) -> str:
@@ -195,6 +201,7 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
                 + (f" Likely cause: {hint}" if hint else ""),
                 f"{name}: {int(bad.sum())} of {bad.numel()} elements differ.{words}"
                 + (f" Likely cause: {hint}" if hint else ""),
+                hint=hint,
             )
         return
     finite = torch.isfinite(actual)
@@ -228,7 +235,7 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
     )
     hidden = (f"{name}: {n_bad} of {n} elements outside tolerance."
               f"{describe_difference(actual, expected, bad, axes, hidden=True)}{cause}")
-    raise Mismatch(public, hidden)
+    raise Mismatch(public, hidden, hint=hint)
 
 
 def assert_true(condition: bool, message: str, *, hidden: str | None = None) -> None:

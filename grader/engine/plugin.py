@@ -10,6 +10,7 @@ message fit for the test's visibility.
 from __future__ import annotations
 
 import builtins
+import inspect
 import zlib
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ import torch
 from grader.engine.compare import Mismatch
 from grader.rubric import Rubric
 from grader.secret import hidden_seed
-from grader.engine.student import Session, StudentError, StudentLab
+from grader.engine.student import MissingRaise, Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
@@ -48,9 +49,15 @@ def visibility_of(item) -> str:
     return item.path.parent.name
 
 
+def test_description(doc: str | None) -> str:
+    """A test's description: its docstring's first paragraph on one line (its first line
+    alone stops mid-sentence where the docstring wraps)."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+
+
 def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
     """What the student reads for a failed test; hidden tests never show values."""
-    if isinstance(exc, Mismatch):
+    if isinstance(exc, (Mismatch, MissingRaise)):
         text = exc.hidden if hidden else exc.public
     elif isinstance(exc, StudentError):
         text = exc.describe(hidden=hidden)
@@ -157,14 +164,15 @@ class GradingPlugin:
         report = outcome.get_result()
         if report.when == "call" or (report.when == "setup" and report.failed):
             hidden = visibility_of(item) == "hidden"
-            description = (item.function.__doc__ or "").strip().splitlines()[0:1]
-            description = description[0] if description else ""
+            description = test_description(item.function.__doc__)
             message, diagnosis, artifacts = "", "", []
             if report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
                                            stdout=self.session.last_stdout)
                 if report.when == "call":
                     diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
+                if diagnosis and isinstance(call.excinfo.value, Mismatch):
+                    message = call.excinfo.value.without_hint(message)
             elif report.skipped:
                 message = "the test was skipped, which counts as failed"
             elif report.passed and report.when == "call" and not hidden:

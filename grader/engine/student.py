@@ -87,6 +87,15 @@ class StudentError(Exception):
         return f"your code raised {name}"
 
 
+class MissingRaise(AssertionError):
+    """``student.raises`` saw no exception of the type due. Its words hold nothing of the
+    test's inputs, so hidden tests show them too (``hidden``: without the place)."""
+
+    def __init__(self, public: str, hidden: str | None = None):
+        super().__init__(public)
+        self.public, self.hidden = public, hidden if hidden is not None else public
+
+
 class StudentTimeout(StudentError):
     pass
 
@@ -569,11 +578,13 @@ class StudentLab:
                 return
             if exc.kind != "exception":
                 raise
-            raise AssertionError(
+            raise MissingRaise(
                 f"expected a {type_name}, but your code raised {exc.type_name}"
-                + (f" at {exc.where}" if exc.where else "")
+                + (f" at {exc.where}" if exc.where else ""),
+                hidden=f"expected a {type_name}, but your code raised "
+                       + (exc.type_name if exc.type_name in SHOWN_EXCEPTIONS else "another exception"),
             ) from None
-        raise AssertionError(f"expected a {type_name} to be raised, but the call returned normally")
+        raise MissingRaise(f"expected a {type_name} to be raised, but the call returned normally")
 
 
 class ModuleHandle:
