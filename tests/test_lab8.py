@@ -39,19 +39,22 @@ class Tiny(nn.Module):
         return self.lin(x)
 
 
-def _answer(train, cls=Tiny):
+GIVEN = {"lin.weight": torch.full((2, 3), 0.25), "lin.bias": torch.tensor([1.0, -1.0])}
+
+
+def _answer(train, cls=Tiny, start=GIVEN):
     names = {"train": train, "Tiny": cls}
-    req = protocol.train_request("train", "Tiny", [0], {"budget_s": 1.0})
+    req = protocol.train_request("train", "Tiny", [0], {"budget_s": 1.0}, initial_state=start)
     return protocol.answer(names.get, req, "tiny.py")
 
 
-def test_train_reply_holds_the_weights_from_just_before_the_first_step():
-    seen = {}
+def test_every_model_built_in_train_starts_from_the_grader_state():
+    seen = []
 
     def train(seed, budget_s):
         model = Tiny()
-        nn.init.constant_(model.lin.weight, 0.5)          # an honest re-initialisation
-        seen["start"] = {k: v.clone() for k, v in model.state_dict().items()}
+        seen.append({k: v.clone() for k, v in model.state_dict().items()})
+        seen.append(Tiny().lin.weight.clone())            # a second model: the same start
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         model.loss_history = []
         for _ in range(3):
@@ -63,65 +66,53 @@ def test_train_reply_holds_the_weights_from_just_before_the_first_step():
         return model
 
     reply = _answer(train)
-    assert set(reply) == {"state_dict", "initial", "loss_history"}
-    assert torch.equal(reply["initial"]["lin.weight"], seen["start"]["lin.weight"])
-    assert not torch.equal(reply["state_dict"]["lin.weight"], seen["start"]["lin.weight"])
+    assert set(reply) == {"state_dict", "loss_history", "pad_probe"}   # nothing of the start
+    assert all(torch.equal(seen[0][k], GIVEN[k]) for k in GIVEN)
+    assert torch.equal(seen[1], GIVEN["lin.weight"])
+    assert not torch.equal(reply["state_dict"]["lin.weight"], GIVEN["lin.weight"])
     assert len(reply["loss_history"]) == 3
     assert all(type(v) is float for v in reply["loss_history"])
-    # Nothing of the watch stays behind: the class's __init__ and the model's hooks.
+    # Nothing stays behind: the class's own __init__ again, and models built later are
+    # the class's own.
     assert "__init__" in Tiny.__dict__ and Tiny.__init__.__qualname__ == "Tiny.__init__"
-    model = Tiny()
-    assert not model._forward_pre_hooks and not model.lin._forward_pre_hooks
+    assert not torch.equal(Tiny().lin.weight, GIVEN["lin.weight"])
 
 
-def test_an_optimizer_step_alone_is_seen_as_the_start_of_training():
-    def train(seed, budget_s):
-        model = Tiny()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with torch.no_grad():
-            model.lin.weight.fill_(2.0)
-        for p in model.parameters():
-            p.grad = torch.ones_like(p)
-        opt.step()
-        return model
-
-    reply = _answer(train)
-    assert bool((reply["initial"]["lin.weight"] == 2.0).all())
-    assert bool((reply["state_dict"]["lin.weight"] == 1.9).all())
-
-
-def test_a_subclass_of_the_model_class_is_watched_too():
-    class Mine(Tiny):
-        def __init__(self):
+def test_a_model_of_other_sizes_keeps_its_own_weights():
+    class Sized(nn.Module):
+        def __init__(self, width=3):
             super().__init__()
-            self.extra = nn.Linear(2, 2)
+            self.lin = nn.Linear(width, 2)
 
+    def train(seed, budget_s):
+        wide = Sized(5)
+        assert wide.lin.weight.shape == (2, 5) and not bool((wide.lin.weight == 0.25).all())
+        return Sized()
+
+    reply = protocol.answer({"train": train, "Sized": Sized}.get,
+                            protocol.train_request("train", "Sized", [0], {"budget_s": 1.0},
+                                                   initial_state=GIVEN), "sized.py")
+    assert torch.equal(reply["state_dict"]["lin.weight"], GIVEN["lin.weight"])
+
+
+def test_a_subclass_of_the_model_class_starts_from_it_too():
+    class Mine(Tiny):
         def forward(self, x):
-            return self.extra(super().forward(x))
+            return 2 * super().forward(x)
 
     def train(seed, budget_s):
-        model = Mine()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss = model(torch.ones(4, 3)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        return model
+        return Mine()
 
     reply = _answer(train)
-    assert reply["initial"] is not None and set(reply["initial"]) == set(reply["state_dict"])
+    assert torch.equal(reply["state_dict"]["lin.bias"], GIVEN["lin.bias"])
 
 
-def test_a_model_that_never_trained_has_no_snapshot():
-    def train(seed, budget_s):
-        model = Tiny()
-        with torch.no_grad():
-            model(torch.ones(1, 3))                       # no gradients: not a training step
-        return model
-
-    reply = _answer(train)
-    assert reply["initial"] is None and reply["loss_history"] is None
-    problems = _training.training_problems(reply, None, None)
-    assert len(problems) == 1 and "no training step was seen" in problems[0]
+def test_weights_that_did_not_move_from_the_start_show_no_training():
+    start = _training.start_state(5)
+    src, tgt = _training.heldout(torch.Generator().manual_seed(1), n=64)
+    problems = _training.training_problems({"start": start, "state_dict": start}, src, tgt)
+    assert len(problems) == 1 and "did not lower the loss" in problems[0]
+    assert "tgt[:, 1:]" in problems[0]
 
 
 def test_train_must_return_the_model_class_and_not_too_many_numbers(monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import zlib
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,7 +19,7 @@ import torch
 
 from grader.engine.compare import Mismatch
 from grader.rubric import Rubric
-from grader.secret import hidden_seed
+from grader.secret import hidden_seed, training_start_seed
 from grader.engine.student import Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
@@ -85,6 +86,8 @@ class GradingPlugin:
             return self._rubric_test(item).tolerance
         if name == "budget":
             return self._rubric_test(item).budget
+        if name == "training_start":
+            return self._training_start(lab_of(item))
         if self.secret and visibility_of(item) == "hidden":
             # This course's own inputs: a table leaked from another course scores nothing.
             return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
@@ -107,6 +110,20 @@ class GradingPlugin:
     @pytest.fixture
     def gen(self, request) -> torch.Generator:
         return self._value("gen", request.node)
+
+    @pytest.fixture
+    def training_start(self, request) -> int:
+        """The seed of the initial weights the grader gives the lab's training (lab 8):
+        one per grading of a lab file, from the course secret (grader.secret)."""
+        return self._value("training_start", request.node)
+
+    def _training_start(self, lab: str) -> int:
+        path = Path(self.session.submission_dir) / f"{lab}.py"
+        try:
+            source = path.read_bytes()
+        except OSError:
+            source = b""
+        return training_start_seed(self.secret, lab, source)
 
     # -- hooks ----------------------------------------------------------------------------
     def _rubric_test(self, item):
