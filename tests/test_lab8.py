@@ -8,6 +8,7 @@ shares a training between identical lab files); the ones that must train afresh 
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 
 import pytest
@@ -176,7 +177,7 @@ def test_hand_set_weights_earn_no_outcome_points(rubric, zygote, tmp_path):
     tests = _tests(result)
     assert {n for n, t in tests.items() if not t.passed} == OUTCOME_TESTS
     public = tests["test_train_returns_a_trained_model_within_budget"].message
-    assert "not reachable from the initial ones" in public
+    assert "did not come from the start the grader gave train()" in public
 
 
 def test_train_past_its_budget_loses_the_outcome_points_with_the_reason(rubric, zygote,
@@ -264,7 +265,7 @@ def test_lab8_mistake_implementations_without_the_mistake_are_the_reference():
         assert torch.allclose(right(src, tgt_in), expected(src, tgt_in), atol=1e-6)
 
 
-def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote):
+def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote, tmp_path):
     """The reference sets model.loss_history: its public training test passes and keeps the
     curve (one value per step, thinned to at most 200 points), drawn in the HTML report;
     the hidden outcome tests keep no picture."""
@@ -277,5 +278,44 @@ def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote):
     assert "training loss" in curve["title"] and 10 < len(curve["x"]) <= LOSS_POINTS
     assert curve["yours"][0] > 2.0 > 0.1 > curve["yours"][-1]
     assert all(not t.artifacts for t in tests.values() if t.visibility == "hidden")
-    assert 'data-pictures-for="test_train_returns_a_trained_model_within_budget"' in \
-        render_feedback_html(result)
+    html = render_feedback_html(result)
+    assert 'data-pictures-for="test_train_returns_a_trained_model_within_budget"' in html
+    # The training's figures (#27 item 5), in the passed test's message: CPU seconds of the
+    # budget, the loss at the grader's start and after, exact reversals, the hidden tiers.
+    report = tests["test_train_returns_a_trained_model_within_budget"].message
+    assert re.search(r"Your training: [\d.]+ of 40 CPU seconds", report), report
+    assert "at the grader's start" in report and "50% / 80% / 95%" in report
+    assert re.search(r"reverses (9\d|100)\.\d% of 256 public held-out", report), report
+    assert "Your training:" in html
+    from grader.outputs.gradescope import write_gradescope
+    write_gradescope(result, tmp_path / "results.json")
+    assert "Your training:" in (tmp_path / "results.json").read_text()
+
+
+@pytest.mark.parametrize("name, passes", [("ok_lab8_decode_full_width", True),
+                                          ("bug_lab8_decode_tokens_after_eos", False)])
+def test_greedy_decode_may_run_to_full_width_with_pad_after_eos(name, passes, rubric, zygote,
+                                                                tmp_path):
+    """The contract's "(B, <= 1 + max_new_tokens) ... stopping per row at EOS (PAD after
+    it)": a decode that runs on to full width with PAD after each row's EOS passes both
+    decode tests; one that writes tokens after EOS fails them (#27 item 3)."""
+    result = grade(make_submission(name, tmp_path / name), zygote=zygote, labs=[LAB],
+                   rubric=_lab8_rubric(rubric, cpu_s=1.0, time_limit_s=30.0))
+    tests = _tests(result)
+    for test in ("test_greedy_decode_matches_reference", "test_greedy_decode_stops_per_row_at_eos"):
+        if passes:
+            assert tests[test].passed, tests[test].message
+    assert tests["test_greedy_decode_stops_per_row_at_eos"].passed == passes
+
+
+def test_a_loss_that_counts_pad_loses_the_training_test(rubric, zygote, tmp_path):
+    """#27 item 4: the contract's "cross-entropy ignoring PAD", seen through the gradient of
+    the first training step at the positions where the decoder read PAD."""
+    result = grade(make_submission("bug_lab8_loss_counts_pad", tmp_path / "pad"), zygote=zygote,
+                   labs=[LAB], rubric=_lab8_rubric(rubric, cpu_s=3.0, time_limit_s=30.0))
+    public = _tests(result)["test_train_returns_a_trained_model_within_budget"]
+    assert not public.passed and "your loss counts PAD targets" in public.message
+    assert "ignore_index=PAD" in public.message
+    right = grade(make_submission("ok_lab8_einsum", tmp_path / "ok"), zygote=zygote,
+                  labs=[LAB], rubric=_lab8_rubric(rubric, cpu_s=3.0, time_limit_s=30.0))
+    assert "counts PAD" not in _tests(right)["test_train_returns_a_trained_model_within_budget"].message

@@ -210,6 +210,21 @@ def pad_loss_problems(reply: dict) -> list[str]:
             "13), tgt[:, 1:].reshape(-1), ignore_index=PAD)"]
 
 
+def training_figures(trained: dict, before: float, after: float, exact: float,
+                     sequences: int) -> str:
+    """What the student is told of their training, passed or not: CPU seconds of the budget,
+    the loss at the grader's start and of the returned weights, exact reversals of the
+    public held-out sequences, and what the hidden tiers need."""
+    tiers = " / ".join(f"{t:.0%}" for t in HIDDEN_TIERS)
+    return (f"Your training: {trained['cpu_s']:.1f} of {trained['budget_s']:g} CPU seconds; "
+            f"loss {before:.2f} nats per token at the grader's start, {after:.3f} for the "
+            f"returned weights (teacher forcing: model(src, tgt[:, :-1]) predicting "
+            f"tgt[:, 1:], PAD ignored); your greedy_decode reverses {exact:.1%} of "
+            f"{sequences} public held-out sequences (lengths 1-8) exactly. The hidden tests "
+            f"score the same on the grader's own sequences: {tiers} exact earn their points "
+            f"(2 each).")
+
+
 HOW_LOSS_IS_COMPUTED = (
     "The grader's figure: cross-entropy in nats per target token, PAD targets ignored, with "
     "teacher forcing on held-out make_batch sequences (lengths 1-8): logits = "
@@ -288,6 +303,23 @@ def assert_loads(state_dict: dict) -> None:
     except ValueError as exc:
         raise Mismatch(str(exc), "the returned model's state_dict does not load into the "
                                  "contract's Seq2SeqTransformer()") from None
+
+
+def own_exact_fraction(student, state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> float:
+    """The fraction of rows the student's own greedy_decode (in the worker) reverses
+    exactly with ``state_dict``; 0.0 if it fails (the module tests say why)."""
+    try:
+        model = student.module(MODEL_CLASS)
+        model.load_state_dict(state_dict)
+        out = model.method("greedy_decode", src, src.size(1) + 1)
+    except StudentError:
+        return 0.0
+    if not (isinstance(out, torch.Tensor) and out.dim() == 2 and out.size(0) == tgt.size(0)):
+        return 0.0
+    padded = torch.full_like(tgt, PAD)
+    width = min(out.size(1), tgt.size(1))
+    padded[:, :width] = out[:, :width]
+    return float((padded == tgt).all(dim=1).double().mean())
 
 
 def own_loss(student, state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> float:

@@ -32,8 +32,10 @@ from grader.suites._training import (
     MODEL_CLASS,
     heldout,
     own_loss,
+    own_exact_fraction,
     pad_loss_problems,
     train_once,
+    training_figures,
     training_problems,
 )
 
@@ -106,7 +108,8 @@ def test_greedy_decode_matches_reference(student, gen):
                 "a row's EOS)")
 
 
-def test_train_returns_a_trained_model_within_budget(student, budget, gen, training_start):
+def test_train_returns_a_trained_model_within_budget(student, budget, gen, training_start,
+                                                     request):
     """train(seed, budget_s) returns, within its CPU budget, the Seq2SeqTransformer it
     trained from the start the grader gave it (initial weights drawn by the grader): replayed
     through your model, its loss is at most half the start's, its weights still hold that
@@ -118,4 +121,9 @@ def test_train_returns_a_trained_model_within_budget(student, budget, gen, train
         trained, src, tgt, loss_of=lambda sd, s, t: own_loss(student, sd, s, t),
         model_words="your model (your forward with your weights)")
     problems += pad_loss_problems(trained)
-    assert_true(not problems, "; ".join(problems))
+    figures = training_figures(
+        trained, own_loss(student, trained["start"], src, tgt),
+        own_loss(student, trained["state_dict"], src, tgt),
+        own_exact_fraction(student, trained["state_dict"], src, tgt), len(src))
+    request.node.user_properties.append(("report", figures))
+    assert_true(not problems, "; ".join(problems) + "\n" + figures)
