@@ -108,6 +108,46 @@ def test_a_subclass_of_the_model_class_starts_from_it_too():
     assert torch.equal(reply["state_dict"]["lin.bias"], GIVEN["lin.bias"])
 
 
+class TinySeq(nn.Module):
+    """The given modules the PAD probe watches: tgt_emb (tokens in) and out (logits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tgt_emb = nn.Embedding(13, 4)
+        self.out = nn.Linear(4, 13)
+
+    def forward(self, tgt_in):
+        return self.out(self.tgt_emb(tgt_in))
+
+
+@pytest.mark.parametrize("ignore_pad", [True, False])
+def test_the_first_step_that_reads_pad_shows_whether_the_loss_ignores_it(ignore_pad):
+    tgt = torch.tensor([[10, 3, 11, 12, 12], [10, 4, 5, 6, 11]])
+
+    def train(seed, budget_s):
+        model = TinySeq()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            logits = model(tgt[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, 13), tgt[:, 1:].reshape(-1),
+                                               ignore_index=12 if ignore_pad else -100)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return model
+
+    start = {k: v.clone() for k, v in TinySeq().state_dict().items()}
+    reply = protocol.answer({"train": train, "TinySeq": TinySeq}.get,
+                            protocol.train_request("train", "TinySeq", [0], {"budget_s": 1.0},
+                                                   initial_state=start), "tiny.py")
+    probe = reply["pad_probe"]
+    assert probe["pad_positions"] == 1 and probe["real_grad"] > 0
+    assert (probe["pad_grad"] == 0.0) == ignore_pad
+    problems = _training.pad_loss_problems(reply)
+    assert bool(problems) == (not ignore_pad)
+    assert all("your loss counts PAD targets" in p for p in problems)
+
+
 def test_weights_that_did_not_move_from_the_start_show_no_training():
     start = _training.start_state(5)
     src, tgt = _training.heldout(torch.Generator().manual_seed(1), n=64)
