@@ -108,6 +108,21 @@ def test_a_subclass_of_the_model_class_starts_from_it_too():
     assert torch.equal(reply["state_dict"]["lin.bias"], GIVEN["lin.bias"])
 
 
+def test_the_grader_start_is_the_default_initialisation_of_the_contract_model():
+    """Drawn without the reference (a release has none), yet the state dict the default
+    Seq2SeqTransformer() has: the same names and shapes (loaded strictly), at the default
+    initialisation's scale; a different start for every seed."""
+    model = _training.reference().Seq2SeqTransformer()
+    own = model.state_dict()
+    start = _training.start_state(11)
+    assert list(start) == list(own) and all(start[k].shape == own[k].shape for k in own)
+    model.load_state_dict(start, strict=True)
+    for name in ("src_emb.weight", "encoder.0.ff.2.weight", "decoder.1.cross_attn.v_proj.bias"):
+        assert abs(float(start[name].std()) / float(own[name].std()) - 1) < 0.15, name
+    other = _training.start_state(12)
+    assert not torch.equal(start["out.weight"], other["out.weight"])
+
+
 class TinySeq(nn.Module):
     """The given modules the PAD probe watches: tgt_emb (tokens in) and out (logits)."""
 

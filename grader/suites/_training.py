@@ -140,15 +140,59 @@ def weight_correlations(initial: dict, final: dict) -> dict[str, float]:
     return out
 
 
+D_MODEL, D_FF, LAYERS, VOCAB = 64, 128, 2, 13      # the contract's default sizes
+
+
+def _start_layout() -> list[tuple[str, str, tuple[int, ...]]]:
+    """(name, kind, shape) of every tensor of the default Seq2SeqTransformer()'s state dict,
+    in its order; kind: "embedding", "linear" (weight, bias: fan-in = shape[-1] of the
+    weight) or "norm" (LayerNorm weight, bias)."""
+    out = [("src_emb.weight", "embedding", (VOCAB, D_MODEL)),
+           ("tgt_emb.weight", "embedding", (VOCAB, D_MODEL))]
+
+    def linear(prefix, n_in, n_out):
+        out.extend([(f"{prefix}.weight", "linear", (n_out, n_in)),
+                    (f"{prefix}.bias", "linear", (n_out, n_in))])
+
+    def norm(prefix):
+        out.extend([(f"{prefix}.weight", "norm", (D_MODEL,)), (f"{prefix}.bias", "norm", (D_MODEL,))])
+
+    for stack, attentions, norms in (("encoder", ("self_attn",), 2),
+                                     ("decoder", ("self_attn", "cross_attn"), 3)):
+        for layer in range(LAYERS):
+            for attention in attentions:
+                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    linear(f"{stack}.{layer}.{attention}.{proj}", D_MODEL, D_MODEL)
+            linear(f"{stack}.{layer}.ff.0", D_MODEL, D_FF)
+            linear(f"{stack}.{layer}.ff.2", D_FF, D_MODEL)
+            for i in range(1, norms + 1):
+                norm(f"{stack}.{layer}.norm{i}")
+    norm("norm_enc")
+    norm("norm_dec")
+    linear("out", D_MODEL, VOCAB)
+    return out
+
+
 @memoized  # one start per grading, asked for by every outcome test
 def start_state(seed: int) -> dict:
-    """The grader's initial weights for a training: the reference ``Seq2SeqTransformer()``
-    as its default initialisation builds it, from a generator seeded with ``seed``
-    (``training_start``: the course secret and the lab file). float32 tensors by name."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = getattr(reference(), MODEL_CLASS)()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    """The grader's initial weights for a training (float32 tensors by the contract's
+    names), drawn like the given code's default initialisation from a generator seeded with
+    ``seed`` (``training_start``: the course secret and the lab file): Linear weights and
+    biases uniform in +-1/sqrt(fan_in) (PyTorch's default), embeddings normal with std
+    d_model^-0.5 (the given __init__), LayerNorms 1 and 0. Drawn here, not by the
+    reference model, so a student release (no reference) gives the same kind of start."""
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, kind, shape in _start_layout():
+        if kind == "embedding":
+            state[name] = torch.randn(shape, generator=gen) * D_MODEL ** -0.5
+        elif kind == "norm":
+            state[name] = (torch.ones if name.endswith("weight") else torch.zeros)(shape)
+        else:
+            bound = shape[-1] ** -0.5                  # 1 / sqrt(fan_in)
+            size = shape if name.endswith("weight") else shape[:1]
+            state[name] = (torch.rand(size, generator=gen) * 2 - 1) * bound
+    return state
 
 
 def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
