@@ -43,6 +43,20 @@ def make_submission(name: str, dest: Path) -> Path:
     return dest
 
 
+def labs_changed(name: str, rubric) -> list[str]:
+    """The labs whose files fixture ``name`` replaces or deletes, in the rubric's order; all
+    of them if it adds any other file (a module every lab could import). The other labs
+    are the reference's own files, and a lab's points depend on its own file only
+    (tests/test_grading.py::test_a_labs_points_depend_on_its_own_code_only), so grading
+    these is grading everything the fixture can change."""
+    files = {f.name for f in (FIXTURES / name).glob("*.py")} | \
+        set(expectation(name).get("delete") or [])
+    by_file = {lab.file: lab_name for lab_name, lab in rubric.labs.items()}
+    if not files <= set(by_file):
+        return list(rubric.labs)
+    return [lab for lab in rubric.labs if rubric.labs[lab].file in files]
+
+
 def grade(submission, *, rubric, zygote, labs=None, visibility=VISIBILITIES, name=None,
           send_ahead: bool = False) -> SubmissionResult:
     """Grade one submission as ``grader grade`` does, on a zygote the test shares."""
@@ -113,3 +127,4 @@ class SharedTrainings:
             return self.train_once(session, lab, req)
         _train_once.__wrapped__ = self.original
         return _train_once
+
