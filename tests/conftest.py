@@ -61,7 +61,12 @@ SLOW_TESTS = {
         "test_init_makes_a_course_that_validates"},
     "test_cli_outputs.py": {"test_grade_with_a_private_rubric_writes_0600",
                             "test_nbgrader_export_command_skips_stray_files_and_rounds"},
-    "test_grading.py": {"test_a_sandbox_that_dies_mid_submission_is_a_grader_fault_not_a_score"},
+    "test_grading.py": {"test_a_sandbox_that_dies_mid_submission_is_a_grader_fault_not_a_score",
+                        "test_a_grader_launches_its_zygote_then_loads_the_engine_then_waits"},
+    "test_notebooks.py": {"test_cli_grade_accepts_a_notebook_and_names_a_broken_one",
+                          "test_kernel_side_grader_handles_history_and_lab_dependencies"},
+    "test_sandbox.py": {"test_a_launched_zygote_is_waited_for_once_and_reports_its_start",
+                        "test_a_zygote_launched_but_never_started_is_closed_cleanly"},
 }
 
 
