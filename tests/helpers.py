@@ -7,8 +7,12 @@ fixture's files, then deletes what its expect.yaml lists under ``delete``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -128,3 +132,29 @@ class SharedTrainings:
         _train_once.__wrapped__ = self.original
         return _train_once
 
+
+def run_cli(*argv, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``grader *argv`` in this process, through ``grader.cli.main`` (no interpreter to
+    start, no second ``import torch``): the exit status and what it printed, as
+    ``subprocess.run(..., capture_output=True, text=True)`` gives them. The environment
+    (``--course`` writes it) and the working folder are put back afterwards. For the entry
+    point itself, signals and the exit status a process ends with, start a process."""
+    from grader.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.update({"COLUMNS": "200", **(env or {})})
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as exc:       # argparse: --help, --version, a usage error
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["grader", *map(str, argv)], code, out.getvalue(),
+                                       err.getvalue())
