@@ -158,3 +158,14 @@ def run_cli(*argv, cwd=None, env: dict | None = None) -> subprocess.CompletedPro
         os.environ.update(saved_env)
     return subprocess.CompletedProcess(["grader", *map(str, argv)], code, out.getvalue(),
                                        err.getvalue())
+
+
+def grading_bound_s(rubric, labs=None) -> float:
+    """The longest one submission's grading may take by the grader's own limits, in wall
+    seconds: every test of ``labs`` (default: all) ends by its time limit, and a grading
+    process is given START_TIMEOUT_S to start (torch, a zygote). A test waiting for a
+    grading to finish waits this long: a fixed guess is what failed under load."""
+    from grader.batch.pool import START_TIMEOUT_S
+    chosen = list(rubric.labs) if labs is None else labs
+    return START_TIMEOUT_S + sum(t.time_limit_s for lab in chosen
+                                 for t in rubric.labs[lab].tests.values())
