@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
-from helpers import SharedZygote
-from grader import paths
-from grader.rubric import load_rubric
+sys.path.insert(0, str(Path(__file__).parent / "guard"))
+import no_sandbox  # noqa: E402  (tests/guard: the fast loop's guard)
+
+from helpers import SharedTrainings, SharedZygote  # noqa: E402
+from grader import paths  # noqa: E402
+from grader.rubric import load_rubric  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +32,42 @@ def zygote(rubric):
         shared.close()
 
 
-# Whole modules, and the fixtures, that make a test slow (pytest -m "not slow" leaves them).
+# Whole modules, and the fixtures, that make a test slow (pytest -m "not slow" leaves them):
+# every test that starts a sandbox or trains, here or in a process it starts. The guard
+# below fails a test that does so without being slow.
 SLOW_MODULES = {"test_attacks.py", "test_batch.py", "test_environment.py"}
-SLOW_FIXTURES = {"autograder_zip", "release", "graded_course"}
+SLOW_FIXTURES = {"autograder_zip", "release", "graded_course",
+                 "zygote", "zygotes",          # a sandbox (and every fixture built on one)
+                 "batch_out", "cluster"}       # a graded batch, a Dask cluster
+# Single tests that start a sandbox (in this process or in a grader process they start),
+# run nbgrader or a benchmark, in modules that are otherwise fast: module -> test functions.
+SLOW_TESTS = {
+    "test_bad_input.py": {"test_missing_submission_through_the_cli_exits_2"},
+    "test_benchmarks.py": {"test_bench_check_runs_grader_check_cold_and_prints_its_figures"},
+    "test_bundles.py": {"test_release_refuses_to_publish_a_leak",
+                        "test_release_classroom_workflow_fetches_the_grader_from_a_secret",
+                        "test_a_reference_function_under_another_name_stops_the_release"},
+    "test_cli.py": {"test_check_passes_on_solutions_for_one_lab",
+                    "test_check_fails_on_untouched_stub_and_says_not_implemented",
+                    "test_grade_writes_results_json", "test_missing_submission_is_a_clear_error",
+                    "test_validate_passes_on_the_course",
+                    "test_grade_accepts_a_zip_and_writes_html_feedback"},
+    "test_cli_newcomer.py": {
+        "test_check_without_a_folder_checks_the_current_one_when_it_holds_lab_files",
+        "test_check_without_a_folder_falls_back_to_exercises_and_says_so",
+        "test_check_of_one_lab_file_checks_that_lab_only",
+        "test_every_route_reports_the_suggestion_grade_writes_it_to_results_json",
+        "test_course_option_points_every_command_at_the_course",
+        "test_init_makes_a_course_that_validates"},
+    "test_cli_outputs.py": {"test_grade_with_a_private_rubric_writes_0600",
+                            "test_nbgrader_export_command_skips_stray_files_and_rounds"},
+    "test_grading.py": {"test_a_sandbox_that_dies_mid_submission_is_a_grader_fault_not_a_score",
+                        "test_a_grader_launches_its_zygote_then_loads_the_engine_then_waits"},
+    "test_notebooks.py": {"test_cli_grade_accepts_a_notebook_and_names_a_broken_one",
+                          "test_kernel_side_grader_handles_history_and_lab_dependencies"},
+    "test_sandbox.py": {"test_a_launched_zygote_is_waited_for_once_and_reports_its_start",
+                        "test_a_zygote_launched_but_never_started_is_closed_cleanly"},
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -35,8 +75,9 @@ def pytest_collection_modifyitems(config, items):
         module = item.path.name
         if module == "test_attacks.py":
             item.add_marker(pytest.mark.attacks)
+        function = getattr(item, "originalname", item.name)
         if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) \
-                or item.get_closest_marker("nbgrader"):
+                or function in SLOW_TESTS.get(module, ()) or item.get_closest_marker("nbgrader"):
             item.add_marker(pytest.mark.slow)
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("mode") == "root" or item.get_closest_marker("root"):
@@ -46,33 +87,32 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def trainings_shared_across_identical_labs():
     """Lab 8's train() costs ~15 CPU seconds; most fixture submissions carry the reference's
-    lab 8 file unchanged. In this test process a training is run once per (lab file bytes,
-    request) and its reply reused: train() is deterministic for a given file and seed, so
-    a rerun would give the same weights (tests/test_lab8.py checks that on the reference).
+    lab 8 file unchanged. In this test process a successful training is run once per (lab
+    file bytes, request) and its reply reused (helpers.SharedTrainings); a failed or timed-out
+    one is not kept, so a training that ran out of time under load fails only its own test.
     Grading code is unchanged: each Session still trains once per submission."""
-    import hashlib
-    from pathlib import Path
-
     from grader.engine.student import Session
-    from grader.sandbox import wire
 
     original = Session._train_once
-    done: dict = {}
-
-    def shared(self, lab, req):
-        path = Path(self.submission_dir) / f"{lab}.py"
-        try:
-            source = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            return original(self, lab, req)
-        key = (lab, source, wire.encode(req))
-        if key not in done:
-            done[key] = original(self, lab, req)
-        return done[key]
-
-    shared.__wrapped__ = original           # a test that must train afresh calls this
-    Session._train_once = shared
+    Session._train_once = SharedTrainings(original).method()
     try:
         yield
     finally:
         Session._train_once = original
+
+
+GUARD = Path(__file__).parent / "guard"
+
+
+@pytest.fixture(autouse=True)
+def sandbox_only_in_slow_tests(request, monkeypatch):
+    """A test outside -m slow that starts a sandbox fails, here or in a Python process it
+    starts (tests/guard/no_sandbox.py): the slow marker is what keeps the fast loop fast."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    no_sandbox.install()
+    monkeypatch.setenv(no_sandbox.ENV, request.node.nodeid)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(GUARD), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    yield

@@ -7,7 +7,12 @@ fixture's files, then deletes what its expect.yaml lists under ``delete``.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -40,6 +45,20 @@ def make_submission(name: str, dest: Path) -> Path:
     for gone in expectation(name).get("delete", []) or []:
         (dest / gone).unlink()
     return dest
+
+
+def labs_changed(name: str, rubric) -> list[str]:
+    """The labs whose files fixture ``name`` replaces or deletes, in the rubric's order; all
+    of them if it adds any other file (a module every lab could import). The other labs
+    are the reference's own files, and a lab's points depend on its own file only
+    (tests/test_grading.py::test_a_labs_points_depend_on_its_own_code_only), so grading
+    these is grading everything the fixture can change."""
+    files = {f.name for f in (FIXTURES / name).glob("*.py")} | \
+        set(expectation(name).get("delete") or [])
+    by_file = {lab.file: lab_name for lab_name, lab in rubric.labs.items()}
+    if not files <= set(by_file):
+        return list(rubric.labs)
+    return [lab for lab in rubric.labs if rubric.labs[lab].file in files]
 
 
 def grade(submission, *, rubric, zygote, labs=None, visibility=VISIBILITIES, name=None,
@@ -75,3 +94,78 @@ class SharedZygote:
 
     def close(self) -> None:
         self.zygote.close()
+
+
+
+class SharedTrainings:
+    """Successful trainings shared between the tests of one process, keyed on (lab, the lab
+    file's bytes, the request): train() is deterministic for a given file and seed, so a
+    rerun would give the same weights (tests/test_lab8.py checks that on the reference).
+    Only successes are kept: a StudentError (a timeout under load, a crash) goes back to
+    its own test and the next test trains afresh. ``method()`` replaces
+    ``Session._train_once``; its ``__wrapped__`` is the original, for a test that must
+    train afresh."""
+
+    def __init__(self, original):
+        self.original = original
+        self.done: dict = {}
+
+    def train_once(self, session, lab: str, req: dict):
+        from grader.engine.student import StudentError
+        from grader.sandbox import wire
+        path = Path(session.submission_dir) / f"{lab}.py"
+        try:
+            key = (lab, hashlib.sha256(path.read_bytes()).hexdigest(), wire.encode(req))
+        except OSError:
+            return self.original(session, lab, req)
+        if key in self.done:
+            return self.done[key]
+        got = self.original(session, lab, req)
+        if not isinstance(got, StudentError):
+            self.done[key] = got
+        return got
+
+    def method(self):
+        """A function to set as ``Session._train_once`` (bound to each session)."""
+        def _train_once(session, lab, req):
+            return self.train_once(session, lab, req)
+        _train_once.__wrapped__ = self.original
+        return _train_once
+
+
+def run_cli(*argv, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``grader *argv`` in this process, through ``grader.cli.main`` (no interpreter to
+    start, no second ``import torch``): the exit status and what it printed, as
+    ``subprocess.run(..., capture_output=True, text=True)`` gives them. The environment
+    (``--course`` writes it) and the working folder are put back afterwards. For the entry
+    point itself, signals and the exit status a process ends with, start a process."""
+    from grader.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.update({"COLUMNS": "200", **(env or {})})
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as exc:       # argparse: --help, --version, a usage error
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["grader", *map(str, argv)], code, out.getvalue(),
+                                       err.getvalue())
+
+
+def grading_bound_s(rubric, labs=None) -> float:
+    """The longest one submission's grading may take by the grader's own limits, in wall
+    seconds: every test of ``labs`` (default: all) ends by its time limit, and a grading
+    process is given START_TIMEOUT_S to start (torch, a zygote). A test waiting for a
+    grading to finish waits this long: a fixed guess is what failed under load."""
+    from grader.batch.pool import START_TIMEOUT_S
+    chosen = list(rubric.labs) if labs is None else labs
+    return START_TIMEOUT_S + sum(t.time_limit_s for lab in chosen
+                                 for t in rubric.labs[lab].tests.values())

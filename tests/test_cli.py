@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from helpers import run_cli
 from grader import paths
 from grader.cli import main
 from grader.errors import EXIT_BAD_INPUT, EXIT_GRADER_FAULT, GraderError, GraderFault
@@ -17,6 +18,12 @@ GRADER = [sys.executable, "-m", "grader.cli"]
 
 
 def run(*args, cwd=None):
+    """The command's logic, in this process (helpers.run_cli)."""
+    return run_cli(*args, cwd=cwd)
+
+
+def run_process(*args, cwd=None):
+    """The installed entry point in a process of its own: its exit status as a process."""
     return subprocess.run([*GRADER, *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "COLUMNS": "200"}, timeout=600)
 
@@ -28,7 +35,7 @@ def test_check_passes_on_solutions_for_one_lab():
 
 
 def test_check_fails_on_untouched_stub_and_says_not_implemented():
-    proc = run("check", "--lab", "lab1_attention")
+    proc = run_process("check", "--lab", "lab1_attention")
     assert proc.returncode == 1
     assert "not implemented yet" in proc.stdout
     assert "hidden" not in proc.stdout.split("public test(s) failing")[0].lower()
@@ -52,7 +59,7 @@ def test_bad_rubric_is_reported_with_file_and_line(tmp_path):
 
 
 def test_missing_submission_is_a_clear_error(tmp_path):
-    proc = run("grade", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
+    proc = run_process("grade", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     assert "no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
 

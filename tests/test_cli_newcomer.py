@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import make_submission
+from helpers import make_submission, run_cli
 from grader import paths
 from grader.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from grader.intake import sanitize
@@ -22,9 +22,9 @@ LAB1, LAB3 = "lab1_attention", "lab3_positional"
 
 
 def run(*args, cwd=None, env=None):
-    full = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run([*GRADER, *args], capture_output=True, text=True, cwd=cwd,
-                          env=full, timeout=600)
+    """The command's logic, in this process (helpers.run_cli); the tests of the installed
+    entry point start ``GRADER`` themselves."""
+    return run_cli(*args, cwd=cwd, env=env)
 
 
 # -- 1. grader check: which folder, one file, one summary line per lab ----------------------

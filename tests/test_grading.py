@@ -17,7 +17,7 @@ import signal
 import pytest
 import torch
 
-from helpers import expectation, fixture_names, grade, make_submission
+from helpers import expectation, fixture_names, grade, labs_changed, make_submission
 from grader import paths
 from grader.engine.reference import load_reference
 from grader.engine.student import Session, StudentLab
@@ -32,10 +32,11 @@ def lab_scores(result) -> dict[str, tuple[float, float, str]]:
     return {lab.name: (lab.score, lab.max_score, lab.status) for lab in result.labs}
 
 
-def assert_report(result, rubric, breaks: set[str]) -> None:
-    """The whole report: every lab's status and score class, and no grader error."""
+def assert_report(result, rubric, breaks: set[str], labs: list[str] | None = None) -> None:
+    """The whole report on ``labs`` (default: all): every lab's status and score class, and
+    no grader error."""
     assert result.status == "ok"
-    assert [lab.name for lab in result.labs] == list(rubric.labs)
+    assert [lab.name for lab in result.labs] == (list(rubric.labs) if labs is None else labs)
     for lab in result.labs:
         assert lab.max_score == rubric.labs[lab.name].max_points, lab.name
         assert len(lab.tests) == len(rubric.labs[lab.name].tests), lab.name
@@ -67,20 +68,26 @@ def test_untouched_stubs_score_zero_on_not_implemented(rubric, zygote):
 
 @pytest.mark.parametrize("name", fixture_names("ok_") + fixture_names("bug_"))
 def test_fixture_loses_points_exactly_in_the_labs_it_breaks(name, rubric, zygote, tmp_path):
+    """Graded on the labs its files change (helpers.labs_changed): the others are the
+    reference's files, which test_reference_solutions_score_full_marks grades."""
     expect = expectation(name)
     breaks = set(expect.get("breaks") or [])
+    labs = labs_changed(name, rubric)
+    assert breaks <= set(labs), f"{name} breaks labs whose files it does not change"
     submission = make_submission(name, tmp_path / name)
-    result = grade(submission, rubric=rubric, zygote=zygote)
-    assert_report(result, rubric, breaks=breaks)
+    result = grade(submission, rubric=rubric, zygote=zygote, labs=labs)
+    assert_report(result, rubric, breaks=breaks, labs=labs)
 
 
 @pytest.mark.parametrize("name", fixture_names("broken_") + fixture_names("missing_"))
 def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote, tmp_path):
     expect = expectation(name)
     breaks = set(expect.get("breaks") or [])
+    labs = labs_changed(name, rubric)
+    assert breaks <= set(labs), f"{name} breaks labs whose files it does not change"
     result = grade(make_submission(name, tmp_path / name), rubric=rubric,
-                              zygote=zygote)
-    assert_report(result, rubric, breaks=breaks)
+                   zygote=zygote, labs=labs)
+    assert_report(result, rubric, breaks=breaks, labs=labs)
     direct = {f[:-3] for f in (expect.get("delete") or [])} | {
         p.stem for p in (paths.COURSE / "tests" / "fixtures" / "submissions" / name).glob("*.py")}
     for lab in result.labs:
@@ -94,7 +101,8 @@ def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote,
 def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
     submission = make_submission("broken_syntax", tmp_path / "s")
     bad_line = _syntax_error_line((submission / "lab1_attention.py").read_text())
-    result = grade(submission, rubric=rubric, zygote=zygote)
+    first_three = ["lab1_attention", "lab2_multihead", "lab3_positional"]   # the ones asserted
+    result = grade(submission, rubric=rubric, zygote=zygote, labs=first_three)
     lab1 = result.lab("lab1_attention")
     assert lab1.status == "import_error"
     assert f"lab1_attention.py:{bad_line}" in lab1.message
@@ -104,7 +112,7 @@ def test_syntax_error_names_file_line_and_reason(rubric, zygote, tmp_path):
     assert result.lab("lab2_multihead").score == result.lab("lab2_multihead").max_score
     assert result.lab("lab3_positional").score == result.lab("lab3_positional").max_score
     both = grade(submission, rubric=dataclasses.replace(rubric, lab_imports="student"),
-                 zygote=zygote)
+                 zygote=zygote, labs=first_three[:2])
     assert both.lab("lab2_multihead").status == "import_error"
     assert "lab1_attention.py" in both.lab("lab2_multihead").message
 
@@ -153,7 +161,7 @@ def test_gradescope_results_json_shape(rubric, zygote, tmp_path):
 def test_hidden_failures_show_no_values(rubric, zygote, tmp_path):
     """A hidden test's message keeps the cause but never the expected or received numbers."""
     result = grade(make_submission("bug_no_scale", tmp_path / "s"), rubric=rubric,
-                              zygote=zygote)
+                   zygote=zygote, labs=labs_changed("bug_no_scale", rubric))
     hidden_failed = [t for lab in result.labs for t in lab.tests
                      if t.visibility == "hidden" and not t.passed]
     public_failed = [t for lab in result.labs for t in lab.tests
@@ -238,14 +246,15 @@ def test_a_labs_points_depend_on_its_own_code_only(name, rubric, zygote, tmp_pat
     lab1 (gradients included), so a lab1 bug costs lab1's points and no lab2 point. With
     ``lab_imports: student`` (cumulative grading) the student's own lab1 is used."""
     submission = make_submission(name, tmp_path / name)
-    own = grade(submission, rubric=rubric, zygote=zygote)
+    asserted = ["lab1_attention", "lab2_multihead"]
+    own = grade(submission, rubric=rubric, zygote=zygote, labs=asserted)
     assert own.lab("lab1_attention").score < own.lab("lab1_attention").max_score
     lab2 = own.lab("lab2_multihead")
     assert lab2.status == "graded" and lab2.score == lab2.max_score, \
         [(t.name, t.message) for t in lab2.tests if not t.passed]
 
     cumulative = dataclasses.replace(rubric, lab_imports="student")
-    both = grade(submission, rubric=cumulative, zygote=zygote)
+    both = grade(submission, rubric=cumulative, zygote=zygote, labs=asserted)
     assert both.lab("lab2_multihead").score < lab2.max_score
 
 

@@ -374,3 +374,34 @@ def test_a_loss_that_counts_pad_loses_the_training_test(rubric, zygote, tmp_path
     right = grade(make_submission("ok_lab8_einsum", tmp_path / "ok"), zygote=zygote,
                   labs=[LAB], rubric=_lab8_rubric(rubric, cpu_s=3.0, time_limit_s=30.0))
     assert "counts PAD" not in _tests(right)["test_train_returns_a_trained_model_within_budget"].message
+
+
+def test_the_tests_shared_trainings_keep_successes_only(tmp_path):
+    """tests/conftest.py shares lab 8 trainings between tests (helpers.SharedTrainings): a
+    failed or timed-out training must go back to its own test only, and the next test with
+    the same file train again; a success is reused; another file or request trains anew."""
+    from types import SimpleNamespace
+
+    from helpers import SharedTrainings
+    from grader.engine.student import StudentError
+
+    (tmp_path / f"{LAB}.py").write_text("# a lab file\n")
+    session = SimpleNamespace(submission_dir=str(tmp_path))
+    replies = [StudentError(kind="timeout", lab=LAB, message="train did not return"),
+               ({"weights": 1}, "measured"), ({"weights": 2}, "measured")]
+    calls = []
+
+    def original(session, lab, req):
+        calls.append(req)
+        return replies[len(calls) - 1]
+
+    shared = SharedTrainings(original)
+    train = shared.method()
+    assert train.__wrapped__ is original
+    req = {"op": "train", "seed": 0}
+    assert isinstance(train(session, LAB, req), StudentError)
+    assert train(session, LAB, req) == ({"weights": 1}, "measured")     # trained again
+    assert train(session, LAB, req) == ({"weights": 1}, "measured")     # reused
+    assert len(calls) == 2
+    assert train(session, LAB, {"op": "train", "seed": 1}) == ({"weights": 2}, "measured")
+    assert len(calls) == 3
