@@ -57,7 +57,7 @@ feedback.
 
 Weights set by hand can reverse digits too, so the start of your training is the grader's:
 while ``train`` runs, every ``Seq2SeqTransformer()`` you build starts from initial weights
-the grader draws (the default initialisation's kind, from a secret seed). The grader checks
+the grader draws (the default initialisation's kind, from a secret seed). The grader judges
 the returned weights against that start: their loss must be at most a quarter of the
 start's, and they must still hold much of it (training takes small steps). So train the
 model as it is built: any optimiser, schedule, clipping, label smoothing, float64 or keeping
