@@ -28,6 +28,7 @@ from grader.batch import grade_batch
 from grader.errors import SandboxError, ZipRejected
 from grader.intake.zips import check_zip, unpack_zip
 from grader.batch.pool import INTERNAL_ERROR, grade_task
+from grader.results import Fault
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STUDENTS = ["alice", "bob", "carol", "dave", "erin", "frank", "gina"]
@@ -385,7 +386,7 @@ def test_fingerprint_must_match_in_full(tmp_path, rubric):
     fingerprint = {"submission": "abc", **course_digests(rubric)}
     (tmp_path / "fingerprint.json").write_text(json.dumps(fingerprint))
     assert not is_up_to_date(tmp_path, fingerprint)       # no results.json yet
-    write_gradescope(failed_result("s", rubric, "why"), tmp_path / "results.json")
+    write_gradescope(failed_result("s", rubric, "why", Fault.STUDENT), tmp_path / "results.json")
     assert is_up_to_date(tmp_path, fingerprint)
     assert not is_up_to_date(tmp_path, {**fingerprint, "rubric": "changed"})
     assert not is_up_to_date(tmp_path, {**fingerprint, "suites": "changed"})
@@ -430,10 +431,11 @@ def test_a_grader_fault_is_recorded_for_regrading_never_scored(rubric, tmp_path)
             "fingerprint": {"submission": "x", "rubric": "y", "suites": "z"}}
     reply = grade_task(task, rubric=rubric, out=tmp_path / "out", grader=_FaultyGrader())
     assert reply["restart"] is True                 # a fresh Grader, and the student again
-    assert reply["status"].startswith(INTERNAL_ERROR)
+    assert reply["status"].startswith(INTERNAL_ERROR) and reply["fault"] == Fault.GRADER
     assert "SandboxError: the sandbox zygote stopped" in reply["status"]
     data = json.loads((tmp_path / "out" / "ada" / "results.json").read_text())
     assert data["extra_data"]["status"] == reply["status"]
+    assert data["extra_data"]["fault"] == "grader"
     assert not (tmp_path / "out" / "ada" / "fingerprint.json").exists()   # regraded next run
 
 

@@ -51,11 +51,8 @@ def lab_summary(lab) -> str:
     """One line for a lab of a check: ``lab1: 7/9 public tests pass`` (and why, if not run)."""
     passed = sum(t.passed for t in lab.tests)
     line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
-    if lab.status != "graded" and lab.message:
-        from grader.intake.names import FILES_FOUND
-
-        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
-        line += f" ({why})"
+    if lab.reason:                           # the gist: the table lists the files found
+        line += f" ({lab.reason})"
     return line
 
 
