@@ -395,8 +395,8 @@ def test_fingerprint_must_match_in_full(tmp_path, rubric):
 def test_plain_progress_lines(capsys):
     from grader.batch.progress import Progress
     progress = Progress(total=3, enabled=True)            # stdout is not a terminal here
-    for status in ("ok", "rejected zip: x", "ok"):
-        progress.advance({"status": status})
+    for status, fault in (("ok", None), ("rejected zip: x", Fault.STUDENT), ("ok", None)):
+        progress.advance({"status": status, "fault": fault})     # counted by fault, not words
     progress.close()
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("graded 1/3  elapsed 0s  ETA ")
