@@ -7,6 +7,12 @@ module may import its own layer or a lower one, never a higher one, and the impo
 must have no cycle. A module no layer names fails the check, so a new module has to be
 placed on purpose. Run: ``python .ci/layers.py`` (exit 1 and one line per violation).
 
+The trust line is checked too: the worker side (``WORKER_ENTRY``, the zygote, and every
+sibling module of ``grader/sandbox/`` it imports by name, at any depth: the code that runs
+in the sandboxed worker, loaded by path) may import only the standard library, the
+``WORKER_PACKAGES`` (torch and its siblings) and those sibling modules: never the grader
+package, whose code has no business next to student code.
+
 The layers, top to bottom (docs/internals.md, "Module map"):
 """
 
@@ -27,14 +33,20 @@ LAYERS: list[tuple[str, list[str]]] = [
                 "grader.autograder", "grader.autograder.*", "grader.notebooks"]),
     ("grading", ["grader.grading"]),
     ("suites", ["grader.engine.suite_runner", "grader.engine.plugin"]),
+    # The suites: trusted test code that pytest loads; they may use the engine's helpers,
+    # and nothing below them (the diagnosis) may reach into them.
+    ("suite code", ["grader.suites", "grader.suites.*"]),
     ("diagnosis", ["grader.diagnose", "grader.mistakes", "grader.mistakes.*"]),
     ("proxy", ["grader.engine", "grader.engine.*", "grader.intake", "grader.intake.*",
                "grader.outputs", "grader.outputs.*"]),
-    ("base", ["grader.sandbox", "grader.sandbox.*", "grader.results", "grader.rubric",
-              "grader.paths", "grader.errors", "grader.secret", "grader"]),
+    ("base", ["grader.sandbox", "grader.sandbox.*", "grader.results",
+              "grader.rubric", "grader.paths", "grader.errors", "grader.secret", "grader"]),
 ]
-# The suites are trusted test code that pytest loads; they may use the engine's helpers.
-EXCLUDED = ["grader.suites", "grader.suites.*"]
+EXCLUDED: list[str] = []
+# The worker side: the zygote's file, and the modules it imports by bare name from its own
+# folder (it runs with grader/sandbox/ as its path, never the grader package).
+WORKER_ENTRY = Path("sandbox") / "zygote.py"
+WORKER_PACKAGES = {"torch", "numpy"}    # numpy: torch's sibling, preloaded by the zygote
 
 
 def module_name(path: Path, top: Path = ROOT) -> str:
@@ -139,12 +151,63 @@ def check(root: Path = PACKAGE) -> list[str]:
     return problems
 
 
+def worker_side(root: Path = PACKAGE) -> dict[str, Path]:
+    """The worker side's modules (bare name -> file): ``WORKER_ENTRY`` and what it imports
+    from its own folder, transitively."""
+    entry = root / WORKER_ENTRY
+    if not entry.is_file():
+        return {}
+    folder, found, todo = entry.parent, {}, [entry]
+    while todo:
+        path = todo.pop()
+        found[path.stem] = path
+        for name, _line, _level in _all_imports(path):
+            top = name.split(".")[0]
+            if top not in found and (folder / f"{top}.py").is_file():
+                todo.append(folder / f"{top}.py")
+    return found
+
+
+def _all_imports(path: Path) -> list[tuple[str, int, int]]:
+    """Every module ``path`` imports: (name, line, relative level), anywhere in the file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, node.lineno, 0) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.module, node.lineno, node.level))
+        elif isinstance(node, ast.ImportFrom):          # from . import x
+            out.extend((alias.name, node.lineno, node.level) for alias in node.names)
+    return out
+
+
+def check_worker_side(root: Path = PACKAGE) -> list[str]:
+    """One line per import of the worker side that crosses the trust line."""
+    modules = worker_side(root)
+    problems = []
+    for name, path in sorted(modules.items()):
+        for target, line, level in _all_imports(path):
+            top = target.split(".")[0]
+            if not level and (top in modules or top in sys.stdlib_module_names
+                              or top in WORKER_PACKAGES):
+                continue
+            shown = "." * level + target
+            problems.append(
+                f"{path.relative_to(root.parent)}:{line}: {name} runs in the sandboxed worker "
+                f"and imports {shown}; the worker side may import only the standard library, "
+                f"{', '.join(sorted(WORKER_PACKAGES))} and its sibling modules "
+                f"({', '.join(sorted(modules))})")
+    return problems
+
+
 def main() -> int:
-    problems = check()
+    problems = check() + check_worker_side()
     for p in problems:
         print(p)
     if not problems:
-        print(f"layers: ok ({' > '.join(name for name, _ in LAYERS)}; no cycle)")
+        print(f"layers: ok ({' > '.join(name for name, _ in LAYERS)}; no cycle; worker side: "
+              f"{', '.join(sorted(worker_side()))} import only the standard library and "
+              f"{', '.join(sorted(WORKER_PACKAGES))})")
     return 1 if problems else 0
 
 

@@ -31,18 +31,17 @@ from typing import TYPE_CHECKING
 from grader import paths
 from grader.errors import (GradingIncomplete, RubricError, SandboxError, SubmissionError,
                            ZipRejected)
-from grader.intake import Sanitized, sanitize
+from grader.intake import Problem, Sanitized, sanitize
 from grader.intake.zips import unpack_zip
 from grader.outputs.atomic import use_output_mode
 from grader.outputs.text import capped
-from grader.results import LabResult, SubmissionResult, TestResult
+from grader.results import Fault, LabResult, LabStatus, SubmissionResult, TestResult
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.sandbox import Limits, Zygote, make_scratch
 from grader.secret import course_secret
 
 if TYPE_CHECKING:   # torch and pytest: imported by ``load_engine`` (see Grader.start)
     from grader.engine.call_plan import CallPlan
-    from grader.engine.plugin import Outcome
     from grader.engine.suite_runner import SuiteRunner
 
 VISIBILITIES = ("public", "hidden")
@@ -288,13 +287,12 @@ class Grader:
                      recording: CallPlan | None = None) -> SubmissionResult:
         from grader.engine.student import Session
         self.start()
-        problems = {lab: (p.kind, p.message) for lab, p in clean.problems.items()
-                    if lab in labs}
+        problems = {lab: p for lab, p in clean.problems.items() if lab in labs}
         scratch = make_scratch(clean.files)
         session = Session(zygote=self._zygote, submission_dir=scratch.name,
                           forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
                           provided=self._provided, plan=plan, recording=recording)
-        outcomes: list[Outcome] = []
+        outcomes: list[TestResult] = []
         collection_errors: list[str] = []
         try:
             runnable = []
@@ -305,11 +303,11 @@ class Grader:
                 error = session.probe(lab, names=required_names(self.rubric.labs[lab].file))
                 if error is not None and error.kind == "forbidden":
                     # Found in the source before any test ran, on whatever branch it sits.
-                    problems[lab] = ("forbidden_api", error.describe(hidden=False) + (
-                        " (the whole file is checked before any test runs, branches the "
-                        "tests might not take included)"))
+                    problems[lab] = Problem(LabStatus.FORBIDDEN_API, error.describe(
+                        hidden=False) + (" (the whole file is checked before any test runs, "
+                                         "branches the tests might not take included)"))
                 elif error is not None:
-                    problems[lab] = ("import_error", error.describe(hidden=False))
+                    problems[lab] = Problem(LabStatus.IMPORT_ERROR, error.describe(hidden=False))
                 else:
                     runnable.append(lab)
             if runnable:
@@ -324,7 +322,7 @@ class Grader:
                                "submission's doing); grade it again")
         result = score(name, self.rubric, labs, visibility, outcomes, problems,
                        collection_errors)
-        if result.status.startswith("grader error"):
+        if result.fault is Fault.GRADER:
             # A graded lab's test has no outcome: the grader's fault, never scored.
             why = "; ".join(collection_errors)[:500] or "no outcome"
             raise GradingIncomplete(f"{result.status} ({why}); nothing was scored, grade it "
@@ -414,28 +412,31 @@ def _public_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
 
 
 def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tuple[str, ...],
-          outcomes: list[Outcome], lab_problems: dict[str, tuple[str, str]],
+          outcomes: list[TestResult], lab_problems: dict[str, Problem],
           collection_errors: list[str]) -> SubmissionResult:
-    """One TestResult per rubric test; a parametrized test passes only if all cases pass.
+    """One TestResult per rubric test from the plugin's (one per case); a parametrized test
+    passes only if all its cases pass.
 
-    ``lab_problems``: lab -> (status, message) for labs that could not be graded (status
-    ``missing``, ``error``, ``import_error`` or ``forbidden_api``); their tests fail with the
-    message.
+    ``lab_problems``: lab -> why it could not be graded (the student's doing: status
+    ``missing``, ``error``, ``import_error`` or ``forbidden_api``); its tests fail with the
+    message. A graded lab's test with no outcome is the grader's fault (``result.fault``).
     """
-    by_test: dict[tuple[str, str], list[Outcome]] = {}
+    by_test: dict[tuple[str, str], list[TestResult]] = {}
     for o in outcomes:
         by_test.setdefault((o.lab, o.name), []).append(o)
     result = SubmissionResult(submission=submission_name)
     for lab in labs:
         spec = rubric.labs[lab]
-        status, message = lab_problems.get(lab, ("graded", ""))
+        problem = lab_problems.get(lab)
+        status = problem.kind if problem else LabStatus.GRADED
+        message = problem.message if problem else ""
         lab_result = LabResult(name=lab, title=spec.title, file=spec.file, status=status,
-                               message=message)
+                               message=message, reason=problem.reason if problem else "")
         for name, t in spec.tests.items():
             if t.visibility not in visibility:
                 continue
             cases = by_test.get((lab, name), [])
-            if status != "graded":
+            if status != LabStatus.GRADED:
                 passed, msg, desc, dur = False, message, "", 0.0
             elif not cases:
                 # A graded lab's test always runs: this is the grader's fault, never the
@@ -443,6 +444,7 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                 passed, msg, desc, dur = False, "the test did not run (a grader error)", "", 0.0
                 result.status = ("grader error: a suite failed to load" if collection_errors
                                  else "grader error: a test did not run")
+                result.fault = Fault.GRADER
             else:
                 failed = [c for c in cases if not c.passed]
                 passed = not failed

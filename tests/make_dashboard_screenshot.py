@@ -35,6 +35,7 @@ def main(png: Path) -> None:
     from grader.batch import grade_batch
     from grader.batch.pool import INTERNAL_ERROR, write_student
     from grader.outputs.gradebook import build_gradebook, failed_result
+    from grader.results import Fault
     from grader.rubric import load_rubric
 
     with tempfile.TemporaryDirectory(prefix="dashboard-shot-") as tmp:
@@ -46,7 +47,7 @@ def main(png: Path) -> None:
         grade_batch(root, out=out, jobs=2, progress=False, labs=LABS)
         scored = load_rubric(paths.RUBRIC).only(LABS)
         reason = f"{INTERNAL_ERROR}: the grading process died (exit code -9)"
-        write_student(out, FAULT, failed_result(FAULT, scored, reason), None)
+        write_student(out, FAULT, failed_result(FAULT, scored, reason, Fault.GRADER), None)
         students = sorted([*CLASS, FAULT, "zoe-notes.txt"])
         build_gradebook(out=out, students=students, rubric=scored, plots=False)
         screenshot(out / "class.html", png, height=int(sys.argv[2]) if len(sys.argv) > 2 else 1600)

@@ -29,6 +29,7 @@ from grader.errors import SandboxError, ZipRejected
 from grader.intake.zips import check_zip, unpack_zip
 from grader.batch.pool import INTERNAL_ERROR, grade_task
 from grader.rubric import load_rubric
+from grader.results import Fault
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STUDENTS = ["alice", "bob", "carol", "dave", "erin", "frank", "gina"]
@@ -410,7 +411,7 @@ def test_fingerprint_must_match_in_full(tmp_path, rubric):
     fingerprint = {"submission": "abc", **course_digests(rubric)}
     (tmp_path / "fingerprint.json").write_text(json.dumps(fingerprint))
     assert not is_up_to_date(tmp_path, fingerprint)       # no results.json yet
-    write_gradescope(failed_result("s", rubric, "why"), tmp_path / "results.json")
+    write_gradescope(failed_result("s", rubric, "why", Fault.STUDENT), tmp_path / "results.json")
     assert is_up_to_date(tmp_path, fingerprint)
     assert not is_up_to_date(tmp_path, {**fingerprint, "rubric": "changed"})
     assert not is_up_to_date(tmp_path, {**fingerprint, "suites": "changed"})
@@ -419,8 +420,8 @@ def test_fingerprint_must_match_in_full(tmp_path, rubric):
 def test_plain_progress_lines(capsys):
     from grader.batch.progress import Progress
     progress = Progress(total=3, enabled=True)            # stdout is not a terminal here
-    for status in ("ok", "rejected zip: x", "ok"):
-        progress.advance({"status": status})
+    for status, fault in (("ok", None), ("rejected zip: x", Fault.STUDENT), ("ok", None)):
+        progress.advance({"status": status, "fault": fault})     # counted by fault, not words
     progress.close()
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("graded 1/3  elapsed 0s  ETA ")
@@ -455,10 +456,11 @@ def test_a_grader_fault_is_recorded_for_regrading_never_scored(rubric, tmp_path)
             "fingerprint": {"submission": "x", "rubric": "y", "suites": "z"}}
     reply = grade_task(task, rubric=rubric, out=tmp_path / "out", grader=_FaultyGrader())
     assert reply["restart"] is True                 # a fresh Grader, and the student again
-    assert reply["status"].startswith(INTERNAL_ERROR)
+    assert reply["status"].startswith(INTERNAL_ERROR) and reply["fault"] == Fault.GRADER
     assert "SandboxError: the sandbox zygote stopped" in reply["status"]
     data = json.loads((tmp_path / "out" / "ada" / "results.json").read_text())
     assert data["extra_data"]["status"] == reply["status"]
+    assert data["extra_data"]["fault"] == "grader"
     assert not (tmp_path / "out" / "ada" / "fingerprint.json").exists()   # regraded next run
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from grader.outputs import spreadsheet
 from grader.outputs.gradebook import build_gradebook, failed_result
+from grader.results import Fault, LabStatus
 from grader.outputs.gradescope import write_gradescope
 from grader.outputs.html import render_feedback_html
 from grader.outputs.text import printable
@@ -90,11 +91,11 @@ def test_grades_csv_cells_are_safe_and_names_stay_plain_in_the_html(tmp_path, ru
     students = HOSTILE_IDS + SPLIT_IDS + PLAIN_IDS
     status = "=HYPERLINK(\"http://x.example\",\"status\")"
     for i, student in enumerate(students):
-        result = failed_result(student, rubric, status if i == 0 else "ok")
+        result = failed_result(student, rubric, status if i == 0 else "ok", Fault.STUDENT)
         if i:                                  # the others pass every test of lab 1
-            result.status = "ok"
+            result.status, result.fault = "ok", None
             for lab in result.labs:
-                lab.status = "graded"
+                lab.status, lab.fault = LabStatus.GRADED, None
                 for t in lab.tests:
                     t.passed = lab.name == "lab1_attention"
         write_gradescope(result, out / student / "results.json")

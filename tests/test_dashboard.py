@@ -20,7 +20,6 @@ from grader.outputs.class_page import (
     StudentRecord,
     TestInfo,
     class_page_html,
-    is_grader_fault,
     student_record,
     write_class_page,
 )
@@ -31,7 +30,7 @@ from grader.outputs.gradescope import (
     MISTAKES_PER_LAB,
     gradescope_payload,
 )
-from grader.results import LabResult, SubmissionResult
+from grader.results import Fault, LabResult, SubmissionResult, is_grader_fault
 from grader.results import TestResult as Outcome     # "Test*": not a pytest class
 
 SOFTMAX = "softmax over the wrong axis: normalise over the keys (dim=-1), not the queries"
@@ -67,14 +66,16 @@ def graded(student: str, failed: dict[str, str] | None = None) -> StudentRecord:
         has_feedback=True)
 
 
-def not_ok(student: str, status: str, *, has_feedback: bool = True) -> StudentRecord:
+def not_ok(student: str, status: str, fault: Fault = Fault.STUDENT, *,
+           has_feedback: bool = True) -> StudentRecord:
     return StudentRecord(student=student, status=status, total=0.0, max_total=MAX_TOTAL,
                          labs={lab.name: 0.0 for lab in LABS}, lab_statuses={},
-                         passed=frozenset(), diagnoses=(), has_feedback=has_feedback)
+                         passed=frozenset(), diagnoses=(), has_feedback=has_feedback,
+                         fault=fault)
 
 
 def view_of(students: list[StudentRecord]) -> ClassView:
-    counted = [s.total for s in students if not is_grader_fault(s.status)]
+    counted = [s.total for s in students if not is_grader_fault(s.fault)]
     return ClassView(labs=LABS, students=students, max_total=MAX_TOTAL,
                      score=score_distribution(counted, MAX_TOTAL))
 
@@ -90,7 +91,8 @@ def thirteen_and_two_apart() -> list[StudentRecord]:
                  graded("eve", {f"{LAB1}: test_matches": NO_SCALE}),
                  graded("fay", {f"{LAB1}: test_masked": NO_SCALE})]
     students += [not_ok("zed", "rejected zip: member '../evil.py' points outside the folder"),
-                 not_ok("gil", "grading failed: the grading process died (exit code -9)")]
+                 not_ok("gil", "grading failed: the grading process died (exit code -9)",
+                        Fault.GRADER)]
     return students
 
 
@@ -190,15 +192,9 @@ def test_a_record_reads_the_mistakes_and_those_of_an_older_results_json():
 def test_a_missing_results_json_is_not_graded_and_a_grader_fault():
     record = student_record("ada", None, has_feedback=False, max_total=8.0, missing=NOT_GRADED)
     assert record.status == NOT_GRADED and record.max_total == 8.0
-    assert is_grader_fault(record.status)
-    assert is_grader_fault("grading failed: SandboxError: the zygote stopped")
-    assert not is_grader_fault("rejected zip: not a readable zip file")
-    assert not is_grader_fault("ok")
-
-
-def test_the_fault_prefix_is_the_batchs():
-    from grader.batch.pool import INTERNAL_ERROR
-    assert is_grader_fault(f"{INTERNAL_ERROR}: anything")
+    assert record.fault is Fault.GRADER and is_grader_fault(record.fault)
+    assert is_grader_fault(Fault.PLATFORM)
+    assert not is_grader_fault(Fault.STUDENT) and not is_grader_fault(None)
 
 
 def test_class_html_is_a_gradebook_file():
@@ -273,7 +269,7 @@ def test_instructor_only_self_contained_and_static():
 def test_student_names_are_escaped_and_links_relative():
     hostile = "<script>alert(1)</script>"
     students = [graded(hostile, {f"{LAB1}: test_matches": SOFTMAX}), graded('a&b" onload="x'),
-                not_ok("<img src=x onerror=alert(2)>", "grading failed: boom <b>")]
+                not_ok("<img src=x onerror=alert(2)>", "grading failed: boom <b>", Fault.GRADER)]
     page = class_page_html(view_of(students))
     parsed = shown(page)
     assert not {"script", "img", "b"} & set(parsed.tags), parsed.tags

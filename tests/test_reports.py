@@ -17,7 +17,7 @@ from grader.cli import main
 from grader.outputs.classroom import classroom_encoded, classroom_payload
 from grader.outputs.junit import junit_xml
 from grader.outputs.text import failure_text, printable
-from grader.results import LabResult, SubmissionResult
+from grader.results import Fault, LabResult, SubmissionResult
 from grader.results import TestResult as CaseResult  # not "Test*": pytest would collect it
 
 NASTY = 'expected 1.0 "}]} <failure> ]]> & \x00\x07\x1b[31m red \r\n\udcff end'
@@ -157,7 +157,7 @@ def test_classroom_status_pass_and_error():
         for t in lab.tests:
             t.passed = True
     assert classroom_payload(result)["status"] == "pass"
-    result.status = "grader error: a suite failed to load"
+    result.status, result.fault = "grader error: a suite failed to load", Fault.GRADER
     assert classroom_payload(result)["status"] == "error"
 
 

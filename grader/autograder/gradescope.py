@@ -39,7 +39,7 @@ from pathlib import Path
 from grader.outputs.atomic import atomic_write_text
 from grader.outputs.gradescope import gradescope_payload
 from grader.outputs.text import printable
-from grader.results import LabResult, SubmissionResult, TestResult
+from grader.results import OK, Fault, LabResult, LabStatus, SubmissionResult, TestResult
 from grader.errors import ConfigError
 
 DEFAULT_ROOT = Path("/autograder")
@@ -157,16 +157,17 @@ def fallback_payload(message: str) -> dict:
     """A valid results.json with no tests: what Gradescope gets if nothing better is written."""
     return {"score": 0.0, "execution_time": 0.0, "output": message, "output_format": "text",
             "visibility": "visible", "stdout_visibility": "hidden", "tests": [],
-            "extra_data": {"status": "not graded"}}
+            "extra_data": {"status": "not graded", "fault": Fault.GRADER}}
 
 
 def pending_result(rubric, labs: list[str], message: str) -> SubmissionResult:
-    """Every test of ``labs`` listed as failed with ``message`` (nothing graded yet)."""
-    result = SubmissionResult(submission="submission", status="not finished")
+    """Every test of ``labs`` listed as failed with ``message`` (nothing graded yet: until a
+    lab's real results replace it, the lab is the grader's to finish, never the student's)."""
+    result = SubmissionResult(submission="submission", status="not finished", fault=Fault.GRADER)
     for lab in labs:
         spec = rubric.labs[lab]
-        lab_result = LabResult(name=lab, title=spec.title, file=spec.file, status="error",
-                               message=message)
+        lab_result = LabResult(name=lab, title=spec.title, file=spec.file,
+                               status=LabStatus.ERROR, message=message, fault=Fault.GRADER)
         for name, t in spec.tests.items():
             lab_result.tests.append(TestResult(lab=lab, name=name, description="",
                                                visibility=t.visibility, max_score=t.points,
@@ -183,6 +184,7 @@ class PartialResults:
         self.lock = threading.Lock()
         self.finished = False
         self.done: set[str] = set()     # labs whose real results are in
+        self.failed = False             # ``fail`` was called: the final file is not "ok"
 
     def write(self) -> None:
         self.result.execution_time = time.monotonic() - self.started
@@ -202,28 +204,36 @@ class PartialResults:
         with self.lock:
             self.result.notes.extend(n for n in notes if n not in self.result.notes)
 
-    def finish(self, status: str = "ok") -> bool:
-        """Write the final file; False if the watchdog already ended the run."""
+    def fail(self, status: str, fault: Fault) -> None:
+        """Record that the run is not (all) graded: ``status`` for people, ``fault`` whose."""
+        self.result.status, self.result.fault = status, fault
+        self.failed = True
+
+    def finish(self) -> bool:
+        """Write the final file (graded, unless ``fail`` said otherwise); False if the watchdog
+        already ended the run."""
         with self.lock:
             if self.finished:
                 return False
             self.finished = True
-            self.result.status = status
+            if not self.failed:
+                self.result.status, self.result.fault = OK, None
             self.write()
             return True
 
-    def fail_pending(self, message: str, *, status: str, note: str = "") -> bool:
-        """Final write: every lab not graded yet gets ``message``; False if already final."""
+    def fail_pending(self, message: str, *, status: str, fault: Fault, note: str = "") -> bool:
+        """Final write: every lab not graded yet gets ``message`` (and ``fault``: whose doing
+        it is); False if already final."""
         with self.lock:
             if self.finished:
                 return False
             self.finished = True
             for lab in self.result.labs:
                 if lab.name not in self.done:
-                    lab.message = message
+                    lab.message, lab.fault = message, fault
                     for t in lab.tests:
                         t.message = message
-            self.result.status = status
+            self.result.status, self.result.fault = status, fault
             if note:
                 self.result.notes.append(note)
             self.write()
@@ -235,7 +245,7 @@ class PartialResults:
             f"Not graded: the autograder stopped after {budget_s:.0f} s, before it finished "
             "this lab (its tests ran too long: an infinite loop or very slow code here or in "
             "a lab it imports). Labs that finished kept their points.",
-            status="timed out",
+            status="timed out", fault=Fault.PLATFORM,
             note=f"Grading was cut short after {budget_s:.0f} s; the score counts only the "
                  "labs that finished.")
 
@@ -318,7 +328,8 @@ def run(config: RunnerConfig) -> int:
         if problem:
             say(f"sandbox preflight failed: {problem}")
             partial.fail_pending("Not graded: the autograder could not isolate student code. "
-                                 + STAFF_PROBLEM, status=f"sandbox error: {problem}")
+                                 + STAFF_PROBLEM, status=f"sandbox error: {problem}",
+                                 fault=Fault.PLATFORM)
             return 1
         # One lab at a time, through the same Grader as every other route, so that each
         # finished lab's results are on disk before the next starts (the watchdog keeps them).
@@ -327,14 +338,15 @@ def run(config: RunnerConfig) -> int:
                 graded = grader.grade(config.submission, labs=[lab], name="submission")
             except SubmissionError as exc:
                 say(f"no submission to grade: {exc}")
-                partial.fail_pending(f"Not graded: {exc}", status="no submission")
+                partial.fail_pending(f"Not graded: {exc}", status="no submission",
+                                     fault=Fault.STUDENT)
                 return 1
             except Exception:  # noqa: BLE001 - one lab's grader failure must not lose the rest
                 say(f"{lab}: the grader failed:\n{traceback.format_exc()}")
                 partial.replace_lab(pending_result(
                     rubric, [lab], "Not graded: the grader failed on this lab. "
                     + STAFF_PROBLEM).labs[0])
-                partial.result.status = f"grader error in {lab}"
+                partial.fail(f"grader error in {lab}", Fault.GRADER)
                 if not grader.alive:
                     grader.close()
                     grader = new_grader().start()
@@ -344,14 +356,13 @@ def run(config: RunnerConfig) -> int:
                 f"({lab_result.status}) in {graded.execution_time:.1f} s")
             partial.add_notes(graded.notes)
             partial.replace_lab(lab_result)
-            if graded.status != "ok":
-                partial.result.status = graded.status
-        status = partial.result.status if partial.result.status != "not finished" else "ok"
-        partial.finish(status=status)
+            if graded.fault is not None:
+                partial.fail(graded.status, graded.fault)
+        partial.finish()
     except Exception:  # noqa: BLE001 - the sandbox or the grader itself broke: say so, keep a file
         say(f"the autograder failed:\n{traceback.format_exc()}")
         partial.fail_pending("Not graded: the autograder failed. " + STAFF_PROBLEM,
-                             status="grader error")
+                             status="grader error", fault=Fault.GRADER)
         return 1
     finally:
         timer.cancel()

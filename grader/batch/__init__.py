@@ -44,13 +44,14 @@ from pathlib import Path
 
 from grader import paths
 from grader.batch.fingerprints import course_digests, is_up_to_date, submission_digest
-from grader.batch.pool import INTERNAL_ERROR, Pool, student_budget_s, write_student
+from grader.batch.pool import Pool, student_budget_s, write_student
 from grader.batch.progress import Progress
 from grader.batch.students import Entry, list_students
 from grader.errors import RubricError, UsageError, ZipRejected
 from grader.intake.zips import check_zip
 from grader.outputs.atomic import use_output_mode
 from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
+from grader.results import Fault
 from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
 from grader.secret import course_secret
 
@@ -151,7 +152,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
 
     def done(reply: dict) -> None:
         nonlocal internal_errors, cpu, rss
-        internal_errors += str(reply["status"]).startswith(INTERNAL_ERROR)
+        internal_errors += reply.get("fault") == Fault.GRADER
         cpu += reply.get("cpu_s", 0.0)
         rss = max(rss, reply.get("rss_mb", 0.0))
         report.advance(reply)
@@ -160,8 +161,9 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     try:
         for entry, fingerprint in instant:
             write_student(out, entry.student,
-                          failed_result(entry.student, scored, entry.problem), fingerprint)
-            done({"student": entry.student, "status": entry.problem})
+                          failed_result(entry.student, scored, entry.problem, Fault.STUDENT),
+                          fingerprint)
+            done({"student": entry.student, "status": entry.problem, "fault": Fault.STUDENT})
         if tasks:
             how = {"rubric": rubric, "out": out, "budget_s": student_budget_s(scored),
                    "on_done": done, "labs": None if scored is rubric else labs}

@@ -62,6 +62,7 @@ from grader.errors import BatchError, CourseMismatch, SubmissionError, UsageErro
 from grader.intake import Problem, Sanitized, sanitize
 from grader.outputs.atomic import atomic_write_bytes
 from grader.outputs.gradebook import failed_result
+from grader.results import Fault
 from grader.rubric import Rubric, load_rubric
 from grader.secret import course_secret, secret_path
 
@@ -274,7 +275,7 @@ class GradingPlugin(WorkerPlugin):
                 self.service = GradingService(self.labs)
                 return {"student": task["student"], "seconds": time.monotonic() - started,
                         "status": f"{INTERNAL_ERROR}: took longer than {budget_s:g} s "
-                                  "and was stopped"}
+                                  "and was stopped", "fault": Fault.GRADER}
             if reply is None:
                 raise BatchError(f"Dask worker {get_worker().address} could not restart its "
                                  f"sandbox: {service.failure}")
@@ -375,9 +376,10 @@ class ClusterPool:
         except SubmissionError as exc:
             # As a local grading process records it: the student's own doing, reusable.
             write_student(self.out, student, failed_result(student, self.scored,
-                                                           refusal_status(exc)),
+                                                           refusal_status(exc), Fault.STUDENT),
                           task["fingerprint"])
-            self.on_done({"student": student, "status": refusal_status(exc), "total": 0.0})
+            self.on_done({"student": student, "status": refusal_status(exc),
+                          "fault": Fault.STUDENT, "total": 0.0})
             return None
         except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the batch
             self._failed(task, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}", 0.0)
@@ -397,8 +399,10 @@ class ClusterPool:
     def _failed(self, task: dict, reason: str, seconds: float) -> None:
         """A grader fault: the zero result, no fingerprint (the next run grades again)."""
         student = task["student"]
-        write_student(self.out, student, failed_result(student, self.scored, reason), None)
-        self.on_done({"student": student, "status": reason, "total": 0.0, "seconds": seconds})
+        write_student(self.out, student,
+                      failed_result(student, self.scored, reason, Fault.GRADER), None)
+        self.on_done({"student": student, "status": reason, "fault": Fault.GRADER,
+                      "total": 0.0, "seconds": seconds})
 
     def _finish(self, future, task: dict) -> None:
         seconds = time.monotonic() - task["submitted"]

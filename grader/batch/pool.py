@@ -37,12 +37,13 @@ from grader.outputs.atomic import atomic_write_text
 from grader.outputs.gradebook import failed_result
 from grader.outputs.gradescope import write_gradescope
 from grader.outputs.html import write_feedback_html
+from grader.results import Fault
 from grader.rubric import Rubric
 from grader.sandbox.jail import PR_SET_PDEATHSIG, prctl
 
 START_TIMEOUT_S = 300.0      # a grading process imports torch and starts its zygote
 BUDGET_MARGIN_S = 120.0      # on top of the rubric's time limits, before a student is cut off
-INTERNAL_ERROR = "grading failed"   # statuses that are the grader's fault start with this
+INTERNAL_ERROR = "grading failed"   # the words a grader fault's status starts with (for people)
 
 
 def _student_dir(out: Path, student: str) -> Path:
@@ -129,13 +130,15 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader,
             with submission_folder(task) as folder:
                 result = grader.grade(folder, name=student, labs=labs)
     except SubmissionError as exc:
-        result = failed_result(student, rubric, refusal_status(exc))
+        result = failed_result(student, rubric, refusal_status(exc), Fault.STUDENT)
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the batch
-        result = failed_result(student, rubric, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}")
+        result = failed_result(student, rubric, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}",
+                               Fault.GRADER)
         fingerprint = None                       # not the student's doing: try again next run
         restart = True                           # and with a fresh sandbox and pytest session
     write_student(out, student, result, fingerprint)
-    return {"student": student, "status": result.status, "total": result.score,
+    return {"student": student, "status": result.status, "fault": result.fault,
+            "total": result.score,
             "seconds": time.monotonic() - started,
             "cpu_s": cpu_seconds(grader.sandbox_pid) - cpu,
             "rss_mb": resident_mb(), "restart": restart}
@@ -311,9 +314,10 @@ class Pool:
             raise BatchError(f"a grading process stopped while starting: {why}")
         if slot.task is not None:
             student, reason = slot.task["student"], f"{INTERNAL_ERROR}: {why}"
-            write_student(self.out, student, failed_result(student, self.scored, reason), None)
-            self.on_done({"student": student, "status": reason, "total": 0.0,
-                          "seconds": time.monotonic() - slot.since})
+            write_student(self.out, student,
+                          failed_result(student, self.scored, reason, Fault.GRADER), None)
+            self.on_done({"student": student, "status": reason, "fault": Fault.GRADER,
+                          "total": 0.0, "seconds": time.monotonic() - slot.since})
         if tasks:
             self._start(slot.index)
 

@@ -40,7 +40,7 @@ class Progress:
 
     def advance(self, reply: dict) -> None:
         self.done += 1
-        self.failed += reply.get("status") != "ok"
+        self.failed += reply.get("fault") is not None
         if not self.enabled:
             return
         failed = f"{self.failed} not ok" if self.failed else ""

@@ -3,8 +3,9 @@
 ``GradingPlugin`` is registered by ``grader.grading`` when it runs the suites (pytest runs
 in the trusted process; student code only ever runs in sandbox workers behind the
 ``student`` fixture). It gives each test its ``student`` proxy, its rubric tolerance and a
-seeded generator, starts the test's wall-clock budget, and records every outcome with a
-message fit for the test's visibility.
+seeded generator, starts the test's wall-clock budget, and records every outcome (one
+``grader.results.TestResult`` per case, the type every output reads) with a message fit for
+the test's visibility.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import builtins
 import inspect
 import zlib
 from pathlib import Path
-from dataclasses import dataclass, field
 
 import pytest
 import torch
 
 from grader.engine.compare import Mismatch
+from grader.results import TestResult
 from grader.rubric import Rubric
 from grader.secret import hidden_seed, training_start_seed
 from grader.engine.student import MissingRaise, Session, StudentError, StudentLab
@@ -26,20 +27,6 @@ from grader.engine.student import MissingRaise, Session, StudentError, StudentLa
 STDOUT_SHOWN = 600
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
 _EXCEPTION_GROUPS = tuple(filter(None, [getattr(builtins, "BaseExceptionGroup", None)]))
-
-
-@dataclass
-class Outcome:
-    lab: str
-    name: str            # test function name (the rubric key)
-    case: str            # the parametrization id, or ""
-    visibility: str
-    passed: bool
-    message: str
-    duration_s: float
-    description: str
-    diagnosis: str = ""  # a named mistake (grader.diagnose), failed tests only
-    artifacts: list = field(default_factory=list, repr=False)  # pictures' arrays; public only
 
 
 def lab_of(item) -> str:
@@ -83,7 +70,7 @@ class GradingPlugin:
         self.rubric = rubric
         self.secret = secret        # the course secret: hidden tests' inputs (grader.secret)
         self.session = session
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[TestResult] = []     # one per test case
         self.collection_errors: list[str] = []
 
     # -- fixtures -------------------------------------------------------------------------
@@ -200,11 +187,12 @@ class GradingPlugin:
                 # What the test reports on a pass (lab 8: the training's figures).
                 message = str(dict(item.user_properties).get(REPORT_PROPERTY, ""))[:2000]
             callspec = getattr(item, "callspec", None)
-            self.outcomes.append(Outcome(
+            self.outcomes.append(TestResult(
                 lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",
-                visibility=visibility_of(item), passed=report.passed and report.when == "call",
-                message=message, duration_s=report.duration, description=description,
-                diagnosis=diagnosis, artifacts=artifacts,
+                visibility=visibility_of(item), max_score=self._rubric_test(item).points,
+                passed=report.passed and report.when == "call", message=message,
+                duration_s=report.duration, description=description, diagnosis=diagnosis,
+                artifacts=artifacts,
             ))
 
     def _passed_pictures(self, item) -> list:

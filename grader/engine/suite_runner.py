@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from grader import paths
-from grader.engine.plugin import GradingPlugin, Outcome, lab_of
+from grader.engine.plugin import GradingPlugin, lab_of
+from grader.results import TestResult
 from grader.rubric import Rubric
 from grader.engine.student import Session
 from grader.errors import RunnerError
@@ -56,7 +57,7 @@ class _Job:
     session: Session
     labs: list[str]
     done: threading.Event = field(default_factory=threading.Event)
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[TestResult] = field(default_factory=list)
     collection_errors: list[str] = field(default_factory=list)
     error: BaseException | None = None
 
@@ -90,7 +91,7 @@ class SuiteRunner:
             self._thread.start()
         return self
 
-    def run(self, session: Session, labs: list[str]) -> tuple[list[Outcome], list[str]]:
+    def run(self, session: Session, labs: list[str]) -> tuple[list[TestResult], list[str]]:
         """Run the tests of ``labs`` against ``session``: (outcomes, collection errors)."""
         unknown = [lab for lab in labs if lab not in self.labs]
         if unknown:

@@ -18,6 +18,7 @@ from pathlib import Path
 from grader.errors import NotebookError, SubmissionError
 from grader.intake.names import submission_files, suggestion
 from grader.intake.notebook import lab_source_from_notebook, read_regular_file
+from grader.results import LabStatus
 from grader.rubric import Rubric
 
 MAX_FILE_BYTES = 1 << 20      # a lab file larger than 1 MiB is refused
@@ -26,10 +27,18 @@ SEARCH_DEPTH = 3              # lab files may sit this many folders deep (zipped
 
 @dataclass(frozen=True)
 class Problem:
-    """Why a lab of a submission cannot be graded. ``kind``: ``missing`` (no file for the
-    lab) or ``error`` (a file that cannot be used: a link, binary, not UTF-8, empty...)."""
-    kind: str
+    """Why a lab of a submission cannot be graded (always the submission's doing). ``kind``:
+    ``missing`` (no file for the lab) or ``error`` (a file that cannot be used: a link,
+    binary, not UTF-8, empty...); the grader adds ``import_error`` and ``forbidden_api``.
+    ``reason``: the message's one-line gist, without the list of files found (a one-line
+    summary shows that; default: the message's first line)."""
+    kind: LabStatus
     message: str
+    reason: str = ""
+
+    def __post_init__(self) -> None:     # (a frozen dataclass: set as its constructor would)
+        object.__setattr__(self, "kind", LabStatus(self.kind))
+        object.__setattr__(self, "reason", self.reason or (self.message.splitlines() or [""])[0])
 
     def __str__(self) -> str:
         return self.message
@@ -75,18 +84,21 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
              for name in (spec.file, Path(spec.file).stem + ".ipynb")}
     listing: list[str] | None = None
 
-    def did_you_mean(expected: str) -> str:
+    def missing(why: str, expected: str) -> Problem:
+        """A missing lab's problem: ``why``, then "did you mean ...?" and the files found
+        (the list in the message only: a one-line ``reason`` leaves it out)."""
         nonlocal listing
         if listing is None:
             listing = [only] if only is not None else submission_files(root, SEARCH_DEPTH)
-        return suggestion(expected, listing, taken)
+        hint, files = suggestion(expected, listing, taken)
+        return Problem(LabStatus.MISSING, why + hint + files, reason=why + hint)
 
     for lab in labs:
         spec = rubric.labs[lab]
         notebook = Path(spec.file).stem + ".ipynb"
         if only is not None and only not in (spec.file, notebook):
-            out.problems[lab] = Problem("missing", f"{spec.file} was not found in the submission"
-                                                   + did_you_mean(spec.file))
+            out.problems[lab] = missing(f"{spec.file} was not found in the submission",
+                                        spec.file)
             continue
         path = _find(root, spec.file) if only != notebook else None
         nb_path = _find(root, notebook) if path is None and only != spec.file else None
@@ -94,13 +106,13 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
             # No labN_x.py but a labN_x.ipynb: grade the code extracted from the notebook.
             rel = nb_path.relative_to(root)
             if nb_path.is_symlink():
-                out.problems[lab] = Problem("error", f"{rel} is a symbolic link; submit the file itself")
+                out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is a symbolic link; submit the file itself")
                 continue
             try:
                 got = lab_source_from_notebook(nb_path, rel=rel, lab_file=spec.file,
                                                forbidden=spec.forbidden)
             except NotebookError as exc:
-                out.problems[lab] = Problem("error", str(exc))
+                out.problems[lab] = Problem(LabStatus.ERROR, str(exc))
                 continue
             out.files[spec.file] = got.source.encode("utf-8")
             out.notes.extend(got.notes)
@@ -114,38 +126,39 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
             elif any(e.is_symlink() for e in entries):
                 why += " (symbolic links in it are not followed)"
             else:
-                why += did_you_mean(spec.file)
-            out.problems[lab] = Problem("missing", why)
+                out.problems[lab] = missing(why, spec.file)
+                continue
+            out.problems[lab] = Problem(LabStatus.MISSING, why)
             continue
         rel = path.relative_to(root)
         if path.is_symlink():
-            out.problems[lab] = Problem("error", f"{rel} is a symbolic link; submit the file itself")
+            out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is a symbolic link; submit the file itself")
             continue
         try:
             data = read_regular_file(path, MAX_FILE_BYTES)
         except ValueError as exc:
-            out.problems[lab] = Problem("error", f"{rel} {exc}")
+            out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} {exc}")
             continue
         except OSError as exc:
-            out.problems[lab] = Problem("error", f"{rel} cannot be read ({exc.strerror or exc})")
+            out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} cannot be read ({exc.strerror or exc})")
             continue
         if b"\x00" in data:
-            out.problems[lab] = Problem("error", f"{rel} is a binary file, not Python source")
+            out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is a binary file, not Python source")
             continue
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = data[: exc.start].count(b"\n") + 1
-            out.problems[lab] = Problem("error", (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+            out.problems[lab] = Problem(LabStatus.ERROR, (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
                                  "save the file as UTF-8"))
             continue
         if not data.strip():
-            out.problems[lab] = Problem("error", f"{rel} is empty")
+            out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is empty")
             continue
         if text.lstrip("\ufeff \t\r\n").startswith("{") and '"cells"' in text[:200_000]:
             # A notebook (JSON) saved under the .py name: importing it would only give a
             # confusing NameError (JSON's true/false/null are not Python).
-            out.problems[lab] = Problem("error", (f"{rel} is a Jupyter notebook (JSON), not a Python file; "
+            out.problems[lab] = Problem(LabStatus.ERROR, (f"{rel} is a Jupyter notebook (JSON), not a Python file; "
                                  f"submit it as {notebook} or export it as a .py script"))
             continue
         if rel != Path(spec.file):

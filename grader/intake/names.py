@@ -68,15 +68,15 @@ def submission_files(root: Path, depth: int) -> list[str]:
     return sorted(found)
 
 
-def suggestion(expected: str, files: list[str], taken: set[str]) -> str:
-    """Text to add to "``expected`` was not found": the close file names among ``files``
-    (relative paths; those in ``taken``, other labs' own files, are not candidates) and the
-    files found; "" when nothing is close."""
+def suggestion(expected: str, files: list[str], taken: set[str]) -> tuple[str, str]:
+    """Texts to add to "``expected`` was not found": the close file names among ``files``
+    (relative paths; those in ``taken``, other labs' own files, are not candidates), and the
+    files found; ("", "") when nothing is close."""
     close = [f for f in files if Path(f).name not in taken and is_close(Path(f).name, expected)]
     if not close:
-        return ""
+        return "", ""
     first = Path(close[0])
     want = Path(expected).stem + first.suffix.lower()
     listed = ", ".join(files[:MAX_LISTED]) + (f" and {len(files) - MAX_LISTED} more"
                                                if len(files) > MAX_LISTED else "")
-    return f"; found {', '.join(close[:3])}: did you mean {want}? {FILES_FOUND} {listed}"
+    return f"; found {', '.join(close[:3])}: did you mean {want}?", f" {FILES_FOUND} {listed}"

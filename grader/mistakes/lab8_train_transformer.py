@@ -98,7 +98,7 @@ def model_class(base, *, layer=None, causal=True, encoder_mask=True):
 def teacher_forcing_off_by_one(ctx: Context) -> bool:
     """train() returned weights that predict the token a position *reads* rather than the
     next one (the reference's forward on the grader's own sequences)."""
-    from grader.suites._training import current_token_fraction, heldout, load_model
+    from grader.engine.seq2seq import current_token_fraction, heldout, load_model
     gen = torch.Generator().manual_seed(8)
     src, tgt = heldout(gen, 128)
     for call in ctx.calls:

@@ -33,12 +33,9 @@ from urllib.parse import quote
 
 from grader.outputs.atomic import atomic_write_text
 from grader.outputs.text import diagnosis_name, printable
+from grader.results import Fault, is_grader_fault, read_fault
 from grader.rubric import Rubric
 
-# Statuses that are the grader's fault, never the student's: grader.batch.pool.INTERNAL_ERROR
-# ("grading failed: ...") and grader.outputs.gradebook.NOT_GRADED (no results.json: the batch
-# stopped first). tests/test_dashboard.py checks that both still start so.
-GRADER_FAULT_PREFIXES = ("grading failed", "not graded")
 # Where a results.json written before diagnoses were recorded as data names them
 # (grader.outputs.gradescope._output_text): the full form, or the short reference.
 _OLD_DIAGNOSIS = re.compile(r"^Diagnosis: (.*?)(?: \((?:seen in \d+ tests of|the hint is in) "
@@ -72,7 +69,7 @@ class LabInfo:
 class StudentRecord:
     """What the page needs of one student (from their results.json)."""
     student: str
-    status: str                   # "ok", or why the submission was not graded
+    status: str                   # "ok", or why the submission was not graded (for people)
     total: float
     max_total: float
     labs: dict[str, float]        # lab -> points
@@ -80,6 +77,7 @@ class StudentRecord:
     passed: frozenset[str]        # "lab: test" of every test passed
     diagnoses: tuple[tuple[str, str, str], ...]   # (lab, test, "<name>: <hint>") of failed tests
     has_feedback: bool            # DIR/<student>/feedback.html exists
+    fault: Fault | None = None    # whose doing it is that it was not graded; None: it was
 
 
 @dataclass(frozen=True)
@@ -89,11 +87,6 @@ class ClassView:
     students: list[StudentRecord]     # in gradebook order (by id)
     max_total: float
     score: dict                       # score_distribution() of the totals, grader faults left out
-
-
-def is_grader_fault(status: str) -> bool:
-    """True when the grader, not the submission, is why a student has no grade."""
-    return status.startswith(GRADER_FAULT_PREFIXES)
 
 
 def labs_of(rubric: Rubric) -> list[LabInfo]:
@@ -131,10 +124,11 @@ def _diagnoses(data: dict, labs: dict) -> list[tuple[str, str, str]]:
 def student_record(student: str, data: dict | None, *, has_feedback: bool,
                    max_total: float = 0.0, missing: str = "not graded") -> StudentRecord:
     """The record of one student's results.json (Gradescope format, as the batch writes it);
-    ``data`` None (no readable results.json): not graded, status ``missing``."""
+    ``data`` None (no readable results.json): not graded (the batch stopped first: the
+    grader's doing), status ``missing``."""
     if data is None:
         return StudentRecord(student, missing, 0.0, max_total, {}, {}, frozenset(), (),
-                             has_feedback)
+                             has_feedback, Fault.GRADER)
     extra = data.get("extra_data") or {}
     labs = extra.get("labs") or {}
     return StudentRecord(
@@ -145,7 +139,8 @@ def student_record(student: str, data: dict | None, *, has_feedback: bool,
         lab_statuses={lab: str((v or {}).get("status", "missing")) for lab, v in labs.items()},
         passed=frozenset(str(t.get("name", "")) for t in data.get("tests", [])
                          if t.get("status") == "passed"),
-        diagnoses=tuple(_diagnoses(data, labs)), has_feedback=has_feedback)
+        diagnoses=tuple(_diagnoses(data, labs)), has_feedback=has_feedback,
+        fault=read_fault(extra))
 
 
 # ------------------------------------------------------------------------------ figures
@@ -172,7 +167,7 @@ def common_mistakes(view: ClassView) -> list[Mistake]:
     lab_order = {lab.name: i for i, lab in enumerate(view.labs)}
     groups: dict[tuple[str, str], dict] = {}
     for record in view.students:
-        if record.status != "ok":
+        if record.fault is not None:
             continue
         for lab, test, diagnosis in record.diagnoses:
             name = diagnosis_name(diagnosis)
@@ -372,11 +367,11 @@ def _students(view: ClassView) -> str:
            f"<table><thead><tr><th>student</th>{head}<th>total</th><th>status</th></tr>"
            "</thead><tbody>"]
     for r in view.students:
-        fault = is_grader_fault(r.status)
+        fault = is_grader_fault(r.fault)
         cells = "".join(f'<td class="num">{"-" if fault else _points(r.labs.get(lab.name, 0.0))}'
                         "</td>" for lab in view.labs)
         total = "not scored" if fault else f"{_points(r.total)} / {_points(r.max_total)}"
-        status = "" if r.status == "ok" else ' class="status-bad"'
+        status = "" if r.fault is None else ' class="status-bad"'
         out.append(f"<tr><td>{_student_link(r)}</td>{cells}<td class=\"num\">{total}</td>"
                    f"<td{status}>{_e(r.status)}</td></tr>")
     return "".join(out) + "</tbody></table></section>"
@@ -384,9 +379,9 @@ def _students(view: ClassView) -> str:
 
 def class_page_html(view: ClassView) -> str:
     """The dashboard as one HTML document (no script, no external resource)."""
-    graded = [r for r in view.students if r.status == "ok"]
-    faults = [r for r in view.students if is_grader_fault(r.status)]
-    problems = [r for r in view.students if r.status != "ok" and not is_grader_fault(r.status)]
+    graded = [r for r in view.students if r.fault is None]
+    faults = [r for r in view.students if is_grader_fault(r.fault)]
+    problems = [r for r in view.students if r.fault is Fault.STUDENT]
     labs = ", ".join(lab.name for lab in view.labs) or "no lab"
     overview = (f"{len(view.students)} students: {len(graded)} graded, "
                 f"{len(problems)} whose submission could not be graded, "

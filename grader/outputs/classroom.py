@@ -6,7 +6,7 @@ import base64
 import json
 
 from grader.outputs.text import failure_text, printable
-from grader.results import SubmissionResult
+from grader.results import LabStatus, SubmissionResult
 
 CLASSROOM_PAYLOAD_VERSION = 1
 
@@ -31,14 +31,14 @@ def classroom_payload(result: SubmissionResult) -> dict:
             if t.passed:
                 status = "pass"
             else:
-                status = "fail" if lab.status == "graded" else "error"
+                status = "fail" if lab.status == LabStatus.GRADED else "error"
             tests.append({
                 "name": printable(f"{lab.name}: {t.name}"),
                 "status": status,
                 "score": _number(t.score),
                 "message": failure_text(t) if not t.passed else "",
             })
-    if result.status != "ok":
+    if result.fault is not None:
         status = "error"
     else:
         status = "pass" if tests and all(t["status"] == "pass" for t in tests) else "fail"

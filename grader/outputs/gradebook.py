@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_open, atomic_write_text
-from grader.outputs.class_page import ClassView, is_grader_fault, labs_of, student_record
+from grader.outputs.class_page import ClassView, labs_of, student_record
 from grader.outputs.class_page import write_class_page
 from grader.outputs import spreadsheet
-from grader.results import LabResult, SubmissionResult, TestResult
+from grader.results import (Fault, LabResult, LabStatus, SubmissionResult, TestResult,
+                            is_grader_fault, read_fault)
 from grader.rubric import Rubric
 
 HISTOGRAM_BINS = 20            # bins below the maximum, at most (full marks get one more)
@@ -39,7 +40,8 @@ class Row:
     labs: dict[str, float]        # lab module name -> points
     total: float
     max_total: float
-    status: str                   # "ok", or why grading failed
+    status: str                   # "ok", or why grading failed (for people)
+    fault: Fault | None = None    # whose doing it is that it was not graded; None: it was
 
 
 @dataclass
@@ -51,16 +53,17 @@ class Gradebook:
     files: dict[str, Path] = field(default_factory=dict)
 
 
-def failed_result(student: str, rubric: Rubric, reason: str) -> SubmissionResult:
-    """A zero-point result for a submission that could not be graded, saying why.
+def failed_result(student: str, rubric: Rubric, reason: str, fault: Fault) -> SubmissionResult:
+    """A zero-point result for a submission that could not be graded, saying why (``reason``,
+    for people) and by whose doing (``fault``, what every output reads).
 
     Every rubric test is listed (failed, with the reason), so the student's results.json and
     gradebook row have the same shape and maximum as a graded one.
     """
-    result = SubmissionResult(submission=student, status=reason)
+    result = SubmissionResult(submission=student, status=reason, fault=fault)
     for lab in rubric.labs.values():
-        lab_result = LabResult(name=lab.name, title=lab.title, file=lab.file, status="error",
-                               message=reason)
+        lab_result = LabResult(name=lab.name, title=lab.title, file=lab.file,
+                               status=LabStatus.ERROR, message=reason, fault=fault)
         for test in lab.tests.values():
             lab_result.tests.append(TestResult(
                 lab=lab.name, name=test.name, description="", visibility=test.visibility,
@@ -76,13 +79,14 @@ def row_from_results(student: str, data: dict, lab_names: list[str]) -> Row:
     points = {lab: float((labs.get(lab) or {}).get("score", 0.0)) for lab in lab_names}
     max_total = sum(float(t.get("max_score", 0.0)) for t in data.get("tests", []))
     return Row(student=student, labs=points, total=float(data.get("score", 0.0)),
-               max_total=max_total, status=str(extra.get("status", "ok")))
+               max_total=max_total, status=str(extra.get("status", "ok")),
+               fault=read_fault(extra))
 
 
 def status_text(row: Row, data: dict | None, lab_names: list[str]) -> str:
     """What grades.csv's status column says: "ok" only when every lab was graded; else
     why not (the submission's status, or each lab that could not be graded and why)."""
-    if row.status != "ok" or data is None:
+    if row.fault is not None or data is None:
         return row.status
     labs = (data.get("extra_data") or {}).get("labs") or {}
     problems = [f"{lab}: {(labs.get(lab) or {}).get('status', 'missing')}" for lab in lab_names
@@ -122,7 +126,7 @@ class _Tally:
         self.statuses[row.status] = self.statuses.get(row.status, 0) + 1
         for lab, points in row.labs.items():
             self.lab_points[lab] += points
-        if row.status != "ok" or data is None:
+        if row.fault is not None or data is None:
             return
         self.graded += 1
         labs = (data.get("extra_data") or {}).get("labs") or {}
@@ -221,10 +225,10 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
             data = read_results(out / student / "results.json")
             if data is None:
                 row = Row(student, {lab: 0.0 for lab in lab_names}, 0.0, rubric.max_points,
-                          NOT_GRADED)
+                          NOT_GRADED, Fault.GRADER)
             else:
                 row = row_from_results(student, data, lab_names)
-            not_ok += row.status != "ok"
+            not_ok += row.fault is not None
             tally.add(row, data)
             records.append(student_record(
                 student, data, has_feedback=(out / student / "feedback.html").is_file(),
@@ -235,7 +239,7 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     summary = tally.summary()
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     files = {"grades_csv": out / "grades.csv", "summary_json": out / "summary.json"}
-    counted = [r.total for r in records if not is_grader_fault(r.status)]
+    counted = [r.total for r in records if not is_grader_fault(r.fault)]
     files["class_html"] = write_class_page(ClassView(
         labs=labs_of(rubric), students=records, max_total=rubric.max_points,
         score=score_distribution(counted, rubric.max_points)), out / "class.html")

@@ -77,9 +77,13 @@ def gradescope_payload(result: SubmissionResult) -> dict:
         "extra_data": {"labs": {lab.name: {"score": round(lab.score, 4),
                                            "max_score": round(lab.max_score, 4),
                                            "status": lab.status,
+                                           "fault": lab.fault,
                                            "mistakes": lab_mistakes(lab)}
                                 for lab in result.labs},
-                       "status": result.status},
+                       "status": result.status,
+                       # whose doing it is that it was not graded (None: it was); what the
+                       # gradebook and class dashboard read, never the status's words
+                       "fault": result.fault},
     }
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from grader.outputs.atomic import atomic_write_text
 from grader.outputs.text import (Cause, cause_of, handed_in_text, missing_lab_line,
                                  not_handed_in, shared_causes)
-from grader.results import LabResult, SubmissionResult, TestResult
+from grader.results import LabResult, SubmissionResult, TestResult, is_grader_fault
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -348,8 +348,11 @@ def render_feedback_html(result: SubmissionResult) -> str:
     covered = handed_in_text(result)
     if covered:
         parts.append(f'<p class="handed-in">{_e(covered[0].upper() + covered[1:])}</p>')
-    if result.status != "ok":
+    if result.fault is not None:
         parts.append(f'<p class="lab-message">{_e(result.status)}</p>')
+    if is_grader_fault(result.fault):
+        parts.append('<p class="lab-message">This is not your code\'s doing: the grader could '
+                     'not grade the submission, and it will be graded again.</p>')
     if result.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in result.notes)
                      + "</ul>")

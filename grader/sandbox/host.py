@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.errors import SandboxError
+from grader.sandbox.jail import MODES
 from grader.secret import secret_path
 
 if TYPE_CHECKING:     # channel needs torch (the wire): imported when a worker is spawned
@@ -124,7 +125,7 @@ class Zygote:
         if self.mode == "auto":
             # GRADER_SANDBOX_MODE=root|userns|plain forces a mode (tests, odd platforms).
             forced = os.environ.get("GRADER_SANDBOX_MODE", "auto")
-            self.mode = forced if forced in ("root", "userns", "plain") else "auto"
+            self.mode = forced if forced in MODES else "auto"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_inheritable(theirs.fileno(), True)
         # Empty environment and cwd "/": the zygote inherits no secrets (argv: the fd only).

@@ -32,6 +32,7 @@ import os
 import resource
 import signal
 import struct
+from dataclasses import dataclass
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -50,7 +51,43 @@ PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 
 NEW_ROOT = "/mnt"          # covered by a tmpfs in the worker's own mount namespace
 SUBMISSION_DIR = "/submission"
-MODES = ("root", "userns", "plain")
+
+
+@dataclass(frozen=True)
+class SandboxMode:
+    """What a mode gives a worker (the module docstring says why): the one place a mode's
+    capabilities are written. Looked up once, by name (``MODES``); code asks the table,
+    never compares names."""
+    name: str
+    needs_root: bool        # only a grader running as root can give it
+    namespaces: bool        # new mount, network, IPC, UTS and PID namespaces, an empty root
+    user_namespace: bool    # ... inside a user namespace that maps the worker's uid only
+    keeper: bool            # a keeper process per worker (root: the zygote keeps them itself)
+    probed: bool            # ``detect_mode`` tries it for real (the last resort is not tried)
+
+    @property
+    def worker_sets_uid(self) -> bool:
+        """As root, the worker itself becomes the slot uid (a user namespace's keeper does so
+        before unsharing, so its map holds that uid)."""
+        return not self.user_namespace
+
+    @property
+    def confined_by_landlock(self) -> bool:
+        """No namespaces: Landlock rules, a stricter seccomp filter (no new sockets, no
+        signals to the grader's processes), a private temp folder made by the keeper, and
+        orphans reaped by the keeper instead of the end of a PID namespace."""
+        return not self.namespaces
+
+
+# Strongest first: the order ``detect_mode`` tries them in.
+MODES: dict[str, SandboxMode] = {m.name: m for m in (
+    SandboxMode("root", needs_root=True, namespaces=True, user_namespace=False, keeper=False,
+                probed=True),
+    SandboxMode("userns", needs_root=False, namespaces=True, user_namespace=True, keeper=True,
+                probed=True),
+    SandboxMode("plain", needs_root=False, namespaces=False, user_namespace=False, keeper=True,
+                probed=False),
+)}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 MACHINE = os.uname().machine
@@ -93,20 +130,21 @@ def mount(source, target, fstype, flags, data=None):
 
 # --------------------------------------------------------------------------- modes
 
-def detect_mode(probe_config: dict | None = None) -> str:
+def detect_mode(probe_config: dict | None = None) -> SandboxMode:
     """The strongest mode this process can give its workers (see the module docstring).
 
     Each candidate is tried for real in a throw-away child (namespaces, the empty root, the
     uid change), because a container may allow ``unshare`` and still refuse a mount.
     """
-    candidates = (["root"] if os.geteuid() == 0 else []) + ["userns"]
-    for mode in candidates:
-        if _probe(mode, probe_config or {}):
+    for mode in MODES.values():
+        if not mode.probed:
+            return mode                       # the last resort: nothing to try
+        if (os.geteuid() == 0 or not mode.needs_root) and _probe(mode, probe_config or {}):
             return mode
-    return "plain"
+    raise JailError("no sandbox mode is left to try")
 
 
-def _probe(mode: str, config: dict) -> bool:
+def _probe(mode: SandboxMode, config: dict) -> bool:
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -131,11 +169,11 @@ def _probe(mode: str, config: dict) -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def enter_namespaces(mode: str, uid: int | None = None) -> None:
+def enter_namespaces(mode: SandboxMode, uid: int | None = None) -> None:
     """In the first child: new namespaces (the next fork becomes pid 1 of the new PID ns)."""
-    if mode == "root":
+    if mode.namespaces and not mode.user_namespace:
         unshare(NAMESPACES)
-    elif mode == "userns":
+    elif mode.user_namespace:
         if os.geteuid() == 0 and uid is not None:
             # Root whose container refuses plain namespaces: become the slot uid first, so
             # the worker is that uid on the host too, never root.
@@ -617,7 +655,7 @@ def install_landlock(*, read_paths: list[str], write_paths: list[str],
 
 # --------------------------------------------------------------------------- the lock-down
 
-def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
+def lock_down(*, mode: SandboxMode, channel_fd: int, submission: str, uid: int | None,
               read_only_paths: list[str], hide_paths: list[str], limits: dict,
               private_tmp: str | None = None, protected_pids: list[int] = (),
               keep_fds: tuple[int, ...] = ()) -> dict:
@@ -627,8 +665,8 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
     that are on (``landlock`` ABI, ``seccomp``).
     """
     os.setsid()
-    change_uid = uid is not None and os.geteuid() == 0 and mode in ("root", "plain")
-    own_tasks = count_own_tasks() if mode == "plain" and not change_uid else 0
+    change_uid = uid is not None and os.geteuid() == 0 and mode.worker_sets_uid
+    own_tasks = count_own_tasks() if mode.confined_by_landlock and not change_uid else 0
     keep = sorted({channel_fd, *keep_fds})
     low = 3
     for fd in keep:
@@ -640,7 +678,7 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
         os.dup2(devnull, fd)
     os.close(devnull)
     vm_bytes = mapped_bytes()   # read while the host's /proc is still there
-    if mode in ("root", "userns"):
+    if mode.namespaces:
         build_root(submission=submission, read_only_paths=read_only_paths,
                    hide_paths=hide_paths, tmp_size_mb=int(limits["tmp_mb"]))
         folder, tmp = SUBMISSION_DIR, "/tmp"
@@ -651,7 +689,7 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    elif mode == "userns":
+    elif mode.user_namespace:
         drop_capabilities()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     prctl(PR_SET_DUMPABLE, 0)
@@ -661,12 +699,13 @@ def lock_down(*, mode: str, channel_fd: int, submission: str, uid: int | None,
     # so "the worker has no children" means "nothing the student started is alive".
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     landlock = 0
-    if mode == "plain":
+    if mode.confined_by_landlock:
         landlock = install_landlock(
             read_paths=[*read_only_paths, submission, "/dev/urandom", "/dev/null",
                         "/dev/zero"],
             write_paths=[tmp] if private_tmp else [], hide_paths=hide_paths)
-    seccomp = install_seccomp(plain=(mode == "plain"), protected_pids=list(protected_pids))
+    seccomp = install_seccomp(plain=mode.confined_by_landlock,
+                              protected_pids=list(protected_pids))
     os.environ.clear()
     os.environ.update({"HOME": tmp, "TMPDIR": tmp, "PATH": "/usr/bin:/bin",
                        "OMP_NUM_THREADS": "1"})

@@ -227,8 +227,10 @@ DIRECT: dict[int, int] = {}
 _OWN_PID_NS: list[int] = []     # an fd on this process's own PID namespace, once opened
 
 
-def spawn_direct(config: dict, channel_fd: int, bindings) -> tuple[dict, int | None]:
-    """Root mode: fork the worker as pid 1 of a new PID namespace, kept by this process."""
+def spawn_direct(config: dict, channel_fd: int, mode: jail.SandboxMode,
+                 bindings) -> tuple[dict, int | None]:
+    """A mode with no keeper (root): fork the worker as pid 1 of a new PID namespace, kept
+    by this process."""
     if not _OWN_PID_NS:
         _OWN_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
     life_r, life_w = os.pipe()
@@ -246,7 +248,7 @@ def spawn_direct(config: dict, channel_fd: int, bindings) -> tuple[dict, int | N
             os.close(life_r)
             os.close(life_w)
             jail.unshare(jail.NAMESPACES & ~jail.CLONE_NEWPID)
-            _run_worker(config, channel_fd, "root", bindings, None)
+            _run_worker(config, channel_fd, mode, bindings, None)
         finally:
             os._exit(code)
     # Children made after this one are in our own PID namespace again.
@@ -265,10 +267,11 @@ def end_direct(life_r: int) -> None:
         os.waitpid(pid, 0)
 
 
-def spawn(config: dict, channel_fd: int, mode: str, bindings) -> tuple[dict, int | None]:
+def spawn(config: dict, channel_fd: int, mode: jail.SandboxMode,
+          bindings) -> tuple[dict, int | None]:
     """Fork the keeper, which forks the worker; returns the reply and the lifeline fd."""
-    if mode == "root":
-        return spawn_direct(config, channel_fd, bindings)
+    if not mode.keeper:
+        return spawn_direct(config, channel_fd, mode, bindings)
     status_r, status_w = os.pipe()
     life_r, life_w = os.pipe()
     keeper = os.fork()
@@ -308,7 +311,7 @@ def _keeper(config, channel_fd, mode, bindings, status_w, life_r):
         low = fd + 1
     os.closerange(low, 1 << 16)
     private_tmp = None
-    if mode == "plain":
+    if mode.confined_by_landlock:            # no tmpfs of its own: a private folder
         private_tmp = tempfile.mkdtemp(prefix="grader-work-")
         if os.geteuid() == 0 and config.get("uid") is not None:
             os.chown(private_tmp, config["uid"], config["uid"])
@@ -332,7 +335,7 @@ def _keeper(config, channel_fd, mode, bindings, status_w, life_r):
     # The grader is done with this worker (or gone): end it and everything below it.
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    if mode == "plain":
+    if not mode.namespaces:                  # no PID namespace ends them with the worker
         _kill_descendants()
     _reap_all()
     if private_tmp:
@@ -395,11 +398,9 @@ def main() -> None:
     # this zygote will fork many workers (a batch) or a few (one submission).
     collapsed = settle(many_workers=hello.get("many_workers", True) is not False)
     TIMINGS["settled_s"] = time.monotonic() - _T0
-    mode = hello.get("mode", "auto")
-    if mode not in jail.MODES:
-        mode = jail.detect_mode(hello.get("probe"))
+    mode = jail.MODES.get(hello.get("mode", "auto")) or jail.detect_mode(hello.get("probe"))
     bindings = forbidden.index_bindings(hello.get("forbidden", []))
-    control.send(json.dumps({"ready": True, "mode": mode, "pid": os.getpid(),
+    control.send(json.dumps({"ready": True, "mode": mode.name, "pid": os.getpid(),
                              "landlock": jail.landlock_abi(), "warm_up": WARM_UP,
                              "huge_page_regions": collapsed,
                              "timings": {**TIMINGS, "ready_s": time.monotonic() - _T0}}).encode())
@@ -412,7 +413,7 @@ def main() -> None:
             end_direct(life_r)
 
 
-def _serve(control, poller, mode: str, bindings) -> None:
+def _serve(control, poller, mode: jail.SandboxMode, bindings) -> None:
     while True:
         ready = dict(poller.poll())
         for life_r in [fd for fd in ready if fd in DIRECT]:
@@ -432,7 +433,7 @@ def _serve(control, poller, mode: str, bindings) -> None:
             return
         if not msg:
             return
-        if mode != "root":
+        if mode.keeper:
             # Keepers that ended. Never in root mode: there the workers are our children,
             # and one must stay unreaped (its pid not reusable) until its lifeline closes.
             _reap_all(block=False)

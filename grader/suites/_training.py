@@ -38,56 +38,19 @@ import torch.nn.functional as F
 from grader.engine.compare import Mismatch, assert_true
 from grader.engine.memo import memoized
 from grader.engine.student import StudentError
-from grader.engine.reference import load_reference
+# The reference model on the grader's sequences, shared with lab 8's mistakes (which may
+# not import the suites); the suites import these names from here.
+from grader.engine.seq2seq import (  # noqa: F401 - re-exported for the suites
+    HELD_OUT, LAB, MODEL_CLASS, PAD, SCORED_LENGTHS, current_token_fraction, heldout,
+    load_model, reference)
 from grader.suites._inputs import LAB8_CFG, digit_sources, seq2seq_weights, target_prefixes
 
-LAB = "lab8_train_transformer"
-PAD = 12
-MODEL_CLASS = "Seq2SeqTransformer"
 TRAIN_SEED = 8              # the seed every outcome test passes: one training per submission
-SCORED_LENGTHS = (1, 8)     # the lengths trained on, scored
 LONGER_LENGTHS = (9, 31)    # up to max_len - 1: reported, not scored
-HELD_OUT = 512              # sequences drawn per check
 CHANCE_LOSS = math.log(13)
 LOSS_DROP = 0.25            # the trained loss: at most a quarter of the start's (module doc)
 CORRELATION_MIN = 0.4       # median per-matrix correlation with the grader's start (module doc)
 HIDDEN_TIERS = (0.5, 0.8, 0.95)     # exact-match fractions of the hidden outcome tests
-
-
-def reference():
-    return load_reference(LAB)
-
-
-def heldout(gen: torch.Generator, n: int = HELD_OUT, lengths=SCORED_LENGTHS):
-    """(src, tgt) of ``n`` sequences drawn from ``gen``, as the contract's make_batch draws
-    them (lengths, then digits): src right-padded with PAD, tgt = BOS, reversed, EOS, PAD."""
-    lengths_ = torch.randint(lengths[0], lengths[1] + 1, (n,), generator=gen)
-    seq = int(lengths_.max())
-    digits = torch.randint(0, 10, (n, seq), generator=gen)
-    src = digits.clone()
-    tgt = torch.full((n, seq + 2), PAD, dtype=torch.long)
-    tgt[:, 0] = 10                                         # BOS
-    for b, length in enumerate(lengths_.tolist()):
-        src[b, length:] = PAD
-        tgt[b, 1:length + 1] = digits[b, :length].flip(0)
-        tgt[b, length + 1] = 11                            # EOS
-    return src, tgt
-
-
-def load_model(state_dict: dict):
-    """The reference Seq2SeqTransformer holding ``state_dict`` (strictly), in eval mode; a
-    ValueError that names the missing and unexpected keys when it does not load."""
-    model = getattr(reference(), MODEL_CLASS)()
-    if not isinstance(state_dict, dict):
-        raise ValueError("the trained model's state_dict is not a dict of tensors")
-    try:
-        model.load_state_dict(state_dict, strict=True)
-    except RuntimeError as exc:
-        first = str(exc).split("\n\t")[1:4]
-        raise ValueError("the returned model's state_dict does not load into the contract's "
-                         f"Seq2SeqTransformer(): {'; '.join(first)[:600]} (a renamed or "
-                         "resized layer?)") from None
-    return model.eval()
 
 
 @memoized  # the tiers share one evaluation of a submission's weights
@@ -112,18 +75,6 @@ def teacher_forced_loss(state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) 
         logits = model(src, tgt[:, :-1])
     return float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
                                  ignore_index=PAD))
-
-
-@memoized
-def current_token_fraction(state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> float:
-    """How often the model's argmax at a position is the token it *reads* there (not the
-    next one): near 1 for a model trained with teacher forcing off by one."""
-    model = load_model(state_dict)
-    with torch.no_grad():
-        logits = model(src, tgt[:, :-1])
-    tokens = tgt[:, :-1]
-    real = tokens != PAD
-    return float((logits.argmax(-1) == tokens)[real].double().mean())
 
 
 def weight_correlations(initial: dict, final: dict) -> dict[str, float]:
