@@ -54,11 +54,8 @@ def lab_summary(lab: LabResult) -> str:
     The student kit's README shows one, made by this function from the rubric."""
     passed = sum(t.passed for t in lab.tests)
     line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
-    if lab.status != "graded" and lab.message:
-        from grader.intake.names import FILES_FOUND
-
-        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
-        line += f" ({why})"
+    if lab.reason:                           # the gist: the table lists the files found
+        line += f" ({lab.reason})"
     return line
 
 
