@@ -1,0 +1,156 @@
+"""What copying students do to a classmate's lab file, as source-to-source transforms (for
+tests/test_similarity.py and benchmarks/bench_similarity.py). Each takes the source and a
+random generator and returns a source that still parses; none runs the code."""
+
+from __future__ import annotations
+
+import ast
+import io
+import random
+import tokenize
+
+
+def _local_names(tree: ast.AST) -> set[str]:
+    """Parameters and names assigned inside functions (never a public function's name)."""
+    names: set[str] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs:
+                if a.arg not in ("self", "cls"):
+                    names.add(a.arg)
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    names.add(node.id)
+    return names
+
+
+def rename(source: str, rng: random.Random) -> str:
+    """Every local variable and parameter renamed (the calls' keywords too: same tokens)."""
+    names = sorted(_local_names(ast.parse(source)))
+    new = {n: f"{rng.choice(['val', 'tmp', 'my', 'x', 'res'])}_{i}_{rng.randrange(999)}"
+           for i, n in enumerate(names)}
+    out, previous = [], ""
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        text = tok.string
+        if tok.type == tokenize.NAME and text in new and previous != ".":
+            tok = tok._replace(string=new[text])
+        out.append(tok)
+        if tok.type not in (tokenize.NL, tokenize.COMMENT):
+            previous = text
+    return tokenize.untokenize(out)
+
+
+def _blocks(body: list[ast.stmt]) -> list[tuple[int, int]]:
+    return [((s.decorator_list[0].lineno if getattr(s, "decorator_list", None) else s.lineno),
+             s.end_lineno) for s in body]
+
+
+def reorder_functions(source: str, rng: random.Random) -> str:
+    """The module's functions and classes in a shuffled order (the rest stays first)."""
+    lines = source.splitlines(keepends=True)
+    tree = ast.parse(source)
+    defs = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.ClassDef))]
+    if len(defs) < 2:
+        return source
+    spans = _blocks(defs)
+    first = spans[0][0]
+    head = lines[:first - 1]
+    chunks = [lines[a - 1:b] for a, b in spans]
+    rest = [ln for i, ln in enumerate(lines[first - 1:], start=first)
+            if not any(a <= i <= b for a, b in spans)]
+    rng.shuffle(chunks)
+    return "".join(head + [ln for c in chunks for ln in c + ["\n", "\n"]] + rest)
+
+
+def recomment(source: str, rng: random.Random) -> str:
+    """Every comment and docstring replaced by other words."""
+    out = []
+    previous = tokenize.NEWLINE
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            tok = tok._replace(string=f"# note {rng.randrange(10**6)}: my own words here")
+        elif tok.type == tokenize.STRING and previous in (tokenize.NEWLINE, tokenize.INDENT,
+                                                           tokenize.DEDENT, tokenize.NL):
+            tok = tok._replace(string=f'"""My documentation, version {rng.randrange(999)}."""')
+        out.append(tok)
+        previous = tok.type
+    return tokenize.untokenize(out)
+
+
+def reformat(source: str, rng: random.Random) -> str:
+    """Laid out again by ``ast.unparse`` (comments gone, quotes, spacing and line breaks new),
+    indented by two spaces instead of four."""
+    text = ast.unparse(ast.parse(source))
+    return "\n".join(ln.replace("    ", "  ") for ln in text.splitlines()) + "\n"
+
+
+def _independent(a: ast.stmt, b: ast.stmt) -> bool:
+    def names(node, ctx):
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
+    wa, wb = names(a, ast.Store), names(b, ast.Store)
+    ra, rb = names(a, ast.Load), names(b, ast.Load)
+    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Assert, ast.If)
+
+    def docstring(s):
+        return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+    return isinstance(a, simple) and isinstance(b, simple) and not docstring(a) \
+        and not docstring(b) and not (wa & rb) and not (wb & ra) and not (wa & wb) \
+        and not any(isinstance(n, (ast.Return, ast.Raise)) for s in (a, b) for n in ast.walk(s))
+
+
+def move_statements(source: str, rng: random.Random) -> str:
+    """Adjacent independent statements swapped, wherever a function has such a pair."""
+    lines = source.splitlines(keepends=True)
+    swaps = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = fn.body
+            x = 0
+            while x < len(body) - 1:
+                if _independent(body[x], body[x + 1]):
+                    swaps.append((body[x], body[x + 1]))
+                    x += 1
+                x += 1
+    for a, b in sorted(swaps, key=lambda p: -p[0].lineno):
+        first, second = lines[a.lineno - 1:a.end_lineno], lines[b.lineno - 1:b.end_lineno]
+        lines[a.lineno - 1:b.end_lineno] = second + first
+    return "".join(lines)
+
+
+DEAD = [
+    "unused_{n} = [i * i for i in range({n})]",
+    "if False:\n{ind}    print('debug', {n})",
+    "counter_{n} = 0\n{ind}for _ in range(0):\n{ind}    counter_{n} += 1",
+    "assert isinstance({n}, int), 'never fails'",
+]
+
+
+def add_dead_code(source: str, rng: random.Random) -> str:
+    """A line or block that does nothing after the first statement of every function, and a
+    helper function nobody calls."""
+    lines = source.splitlines(keepends=True)
+    inserts = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.body:
+            stmt = fn.body[0]
+            ind = " " * stmt.col_offset
+            code = rng.choice(DEAD).format(n=rng.randrange(2, 99), ind=ind)
+            inserts.append((stmt.end_lineno, ind + code + "\n"))
+    for at, code in sorted(inserts, reverse=True):
+        lines.insert(at, code)
+    lines.append("\n\ndef _helper_nobody_calls(a, b):\n    total = a\n    for i in range(b):\n"
+                 "        total = total + i * a - b\n    return total\n")
+    return "".join(lines)
+
+
+def everything(source: str, rng: random.Random) -> str:
+    """All of the above, one after the other."""
+    for step in (rename, move_statements, add_dead_code, reorder_functions, recomment,
+                 reformat):
+        source = step(source, rng)
+    return source
+
+
+KINDS = {"verbatim": lambda s, rng: s, "renamed": rename, "reordered": reorder_functions,
+         "recommented": recomment, "reformatted": reformat, "moved_statements": move_statements,
+         "dead_code": add_dead_code, "everything": everything}
