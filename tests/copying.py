@@ -117,12 +117,19 @@ def move_statements(source: str, rng: random.Random) -> str:
     return "".join(lines)
 
 
-DEAD = [
-    "unused_{n} = [i * i for i in range({n})]",
-    "if False:\n{ind}    print('debug', {n})",
-    "counter_{n} = 0\n{ind}for _ in range(0):\n{ind}    counter_{n} += 1",
-    "assert isinstance({n}, int), 'never fails'",
-]
+def _dead_line(rng: random.Random, ind: str) -> str:
+    """A statement that changes nothing, of a random shape (no two copiers write the same)."""
+    terms = [rng.choice(["abs({n})", "len('{w}')", "min({n}, {m})", "round({n} / {m})",
+                         "int('{n}')", "max([{n}, {m}])", "({n} % {m})", "float({n})"])
+             .format(n=rng.randrange(1, 99), m=rng.randrange(1, 99), w="x" * rng.randrange(9))
+             for _ in range(rng.randrange(1, 5))]
+    expr = f" {rng.choice('+-*')} ".join(terms)
+    shape = rng.randrange(3)
+    if shape == 0:
+        return f"unused_{rng.randrange(999)} = {expr}"
+    if shape == 1:
+        return f"if {expr} < 0 and False:\n{ind}    print('debug')"
+    return f"for _ in range(0):\n{ind}    unused = {expr}"
 
 
 def add_dead_code(source: str, rng: random.Random) -> str:
@@ -134,12 +141,17 @@ def add_dead_code(source: str, rng: random.Random) -> str:
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.body:
             stmt = fn.body[0]
             ind = " " * stmt.col_offset
-            code = rng.choice(DEAD).format(n=rng.randrange(2, 99), ind=ind)
+            code = _dead_line(rng, ind)
             inserts.append((stmt.end_lineno, ind + code + "\n"))
     for at, code in sorted(inserts, reverse=True):
         lines.insert(at, code)
-    lines.append("\n\ndef _helper_nobody_calls(a, b):\n    total = a\n    for i in range(b):\n"
-                 "        total = total + i * a - b\n    return total\n")
+    ops = ["+", "-", "*"]
+    body = "".join(f"    total = total {rng.choice(ops)} i {rng.choice(ops)} a\n"
+                   if rng.random() < 0.5 else f"    total = max(total, b) {rng.choice(ops)} 1\n"
+                   for _ in range(rng.randrange(2, 6)))
+    lines.append(f"\n\ndef _helper_{rng.randrange(10**6)}(a, b):\n    total = a\n"
+                 f"    for i in range(b):\n    {body.replace(chr(10) + '    ', chr(10) + '        ')}"
+                 "    return total\n")
     return "".join(lines)
 
 
