@@ -102,9 +102,13 @@ def quality(labs: dict, size: int = 200) -> bool:
         good = (len(planted) == n_planted and low > high and flagged == 0
                 and min(copies) >= THRESHOLD and max(others, default=0) < THRESHOLD)
         ok &= good
+        copies_flagged = sum(p["flagged"] for p in planted
+                             if "honest" in (origin_of[p["a"]][1], origin_of[p["b"]][1]))
+        n_copies = len(KINDS) * len(info["honest"])
         print(f"   {lab:26s} planted pairs {len(planted):3d}/{n_planted:3d} lowest "
               f"{low:.2f} | honest pairs {len(honest):3d} highest {high:.2f}, flagged "
-              f"{flagged} | vs solutions: copies lowest {min(copies):.2f}, others highest "
+              f"{flagged} | copies flagged vs their original {copies_flagged}/{n_copies}"
+              f" | vs solutions: copies lowest {min(copies):.2f}, others highest "
               f"{max(others, default=0):.2f}"
               + f" | {seconds:.2f} s {'ok' if good else 'FAIL'}")
     return ok

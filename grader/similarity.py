@@ -4,11 +4,12 @@ The method is the one MOSS, JPlag and Dolos use (Schleimer, Wilkerson and Aiken,
 local algorithms for document fingerprinting", SIGMOD 2003), over the standard library's
 tokenizer:
 
-1. **Normalise.** Each file is tokenized (``tokenize``, never executed); comments, docstrings,
-   blank lines, indentation and line breaks are dropped; every identifier becomes ``V``
-   unless it is a keyword, a builtin or an attribute of the course's vocabulary (``x.softmax``
-   stays ``softmax``: the API a solution calls is its substance); numbers become ``N`` and
-   strings ``S``. So renaming, re-commenting and reformatting change nothing.
+1. **Normalise.** Each file is parsed (``ast``, never executed) and its syntax tree's nodes
+   read in source order, one token each (a file that does not parse: the ``tokenize``
+   tokens); comments, docstrings and layout leave no trace; every identifier becomes ``V``
+   unless it is a builtin, or an attribute or keyword argument of the course's vocabulary
+   (``x.softmax``, ``dim=``: the API a solution calls is its substance); numbers become
+   ``N`` and strings ``S``. So renaming, re-commenting and reformatting change nothing.
 2. **Split by function.** The tokens are cut at every ``def`` and ``class``, and no k-gram
    spans a cut, so functions in another order give the same fingerprints.
 3. **Fingerprint.** Every run of ``k`` tokens is hashed (deterministic: the same report on
@@ -29,6 +30,7 @@ A report is evidence for a person to read; it never changes a grade.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import io
 import keyword
@@ -36,8 +38,10 @@ import tokenize
 import zlib
 from dataclasses import dataclass, field
 
-K = 12                     # tokens per k-gram (about one line of code)
-W = 8                      # winnowing window: every match of >= K + W - 1 = 19 tokens is found
+import numpy as np
+
+K = 10                     # tokens (tree nodes) per k-gram: about a line of code
+W = 8                      # winnowing window: every match of >= K + W - 1 = 17 tokens is found
 COMMON = 20                # a fingerprint held by more submissions than this is common code
 _KEPT_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins))
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
@@ -51,9 +55,87 @@ _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize
 Token = tuple
 
 
+_CONTEXTS = (ast.Load, ast.Store, ast.Del)
+_UNITS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
 def normalised_tokens(source: str, vocabulary: frozenset[str] = frozenset()) -> list[list[Token]]:
     """The tokens of ``source``, normalised (module docstring), cut into units at every
-    ``def``/``class``; a file the tokenizer refuses gives the units read before the error."""
+    ``def``/``class``: the syntax tree's nodes in source order (layout, parentheses and
+    comments leave no trace), or, for a file that does not parse, its lexical tokens."""
+    tree = _parse_leniently(source)
+    if tree is None:
+        return lexical_tokens(source, vocabulary)
+    units: list[list[Token]] = [[]]
+    try:
+        _visit(tree, units, vocabulary)
+    except RecursionError:
+        return lexical_tokens(source, vocabulary)
+    return [u for u in units if u]
+
+
+REPAIRS = 20               # lines blanked, at most, to parse a file with syntax errors
+
+
+def _parse_leniently(source: str) -> ast.Module | None:
+    """The syntax tree of ``source``; for a file with syntax errors, of the file with each
+    offending line blanked (at most REPAIRS; line numbers kept), so that a copy with a typo
+    left in is read as the copy it is; None when that does not parse either."""
+    lines = source.splitlines(keepends=True)
+    for _ in range(REPAIRS + 1):
+        try:
+            return ast.parse("".join(lines))
+        except (SyntaxError, ValueError) as exc:
+            where = getattr(exc, "lineno", None)
+            if not where or not 1 <= where <= len(lines) or not lines[where - 1].strip():
+                return None
+            lines[where - 1] = "\n"
+        except (RecursionError, MemoryError):
+            return None
+    return None
+
+
+def _visit(node: ast.AST, units: list[list[Token]], vocabulary: frozenset[str]) -> None:
+    kind = type(node)
+    if isinstance(node, _CONTEXTS):
+        return
+    line = getattr(node, "lineno", None) or (units[-1][-1][1] if units[-1] else 1)
+    if kind in _UNITS:
+        units.append([])
+    out = units[-1]
+    if kind is ast.Name:
+        out.append((node.id if node.id in _KEPT_NAMES else "V", line, line))
+        return
+    if kind is ast.Constant:
+        value = node.value
+        text = ("S" if isinstance(value, (str, bytes)) else
+                repr(value) if value is None or isinstance(value, bool) else "N")
+        out.append((text, line, line))
+        return
+    if kind is ast.Expr and type(node.value) is ast.Constant and isinstance(node.value.value, str):
+        return                                   # a docstring or a bare string: lesson text
+    if kind is ast.Attribute:
+        _visit(node.value, units, vocabulary)
+        units[-1].append(("." + (node.attr if node.attr in vocabulary else "V"), line, line))
+        return
+    if kind is ast.keyword:
+        out.append(((node.arg if node.arg in vocabulary else "V") + "=", line, line))
+        _visit(node.value, units, vocabulary)
+        return
+    out.append((kind.__name__, line, line))
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, ast.AST):
+                    _visit(item, units, vocabulary)
+        elif isinstance(value, ast.AST):
+            _visit(value, units, vocabulary)
+
+
+def lexical_tokens(source: str, vocabulary: frozenset[str] = frozenset()) -> list[list[Token]]:
+    """The standard tokenizer's tokens of ``source``, normalised as the syntax tree's are
+    (for a file that does not parse); the units read before a tokenizer error."""
     units: list[list[Token]] = [[]]
     previous_type = None        # of the last token, skipped ones included
     previous_text = ""          # of the last significant token
@@ -87,9 +169,21 @@ def normalised_tokens(source: str, vocabulary: frozenset[str] = frozenset()) -> 
 
 
 def vocabulary_of(sources: list[str]) -> frozenset[str]:
-    """The attribute names (``x.NAME``) the course's own code uses: kept when normalising."""
+    """The attribute names (``x.NAME``) and keyword arguments (``f(NAME=...)``) the course's
+    own code uses: kept when normalising (the API a solution calls is its substance)."""
     names: set[str] = set()
     for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            tree = None
+        if tree is not None:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute):
+                    names.add(node.attr)
+                elif isinstance(node, ast.keyword) and node.arg:
+                    names.add(node.arg)
+            continue
         previous = ""
         try:
             for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -108,17 +202,29 @@ _TOKEN_IDS: dict[str, int] = {}
 def _token_id(text: str) -> int:
     got = _TOKEN_IDS.get(text)
     if got is None:
-        got = _TOKEN_IDS[text] = zlib.crc32(text.encode("utf-8", "surrogatepass")) + 1
+        got = _TOKEN_IDS[text] = zlib.crc32(text.encode("utf-8", "surrogatepass")) * 2 + 1
     return got
 
 
-def kgram_hashes(unit: list[Token], k: int = K) -> list[int]:
-    """The hash of every run of ``k`` tokens of one unit (none when it is shorter): the hash
-    of a tuple of ints, the same on every run (ints, unlike str, are never salted)."""
-    if len(unit) < k:
-        return []
-    ids = [_token_id(t[0]) for t in unit]
-    return [hash(tuple(ids[i:i + k])) for i in range(len(ids) - k + 1)]
+_NONE = np.uint64(np.iinfo(np.uint64).max)      # the hash of a k-gram that crosses a cut
+
+
+def kgram_hashes(units: list[list[Token]], k: int = K) -> tuple[np.ndarray, np.ndarray]:
+    """The hash of every run of ``k`` tokens of the file's units laid end to end (a run that
+    crosses from one unit into the next hashes to ``_NONE``), and each token's line. A
+    polynomial hash in uint64 arithmetic (wrapping): the same values on every run."""
+    tokens = [t for unit in units for t in unit]
+    if len(tokens) < k:
+        return np.empty(0, np.uint64), np.empty(0, np.int64)
+    ids = np.fromiter((_token_id(t[0]) for t in tokens), np.uint64, len(tokens))
+    lines = np.fromiter((t[1] for t in tokens), np.int64, len(tokens))
+    powers = np.array([pow(1_000_003, k - 1 - j, 1 << 64) for j in range(k)], np.uint64)
+    with np.errstate(over="ignore"):
+        hashes = (np.lib.stride_tricks.sliding_window_view(ids, k) * powers).sum(
+            axis=1, dtype=np.uint64)
+    unit_of = np.repeat(np.arange(len(units)), [len(u) for u in units])
+    hashes[unit_of[:len(hashes)] != unit_of[k - 1:]] = _NONE
+    return hashes, lines
 
 
 @dataclass
@@ -132,23 +238,24 @@ class Fingerprints:
 
 def fingerprint(source: str, *, vocabulary: frozenset[str] = frozenset(),
                 boilerplate: frozenset[int] = frozenset(), k: int = K, w: int = W) -> Fingerprints:
-    """The winnowed fingerprints of ``source`` less every ``boilerplate`` hash."""
+    """The winnowed fingerprints of ``source`` less every ``boilerplate`` hash: in each
+    window of ``w`` consecutive k-gram hashes, the smallest (the rightmost of equals)."""
     found = Fingerprints()
-    for unit in normalised_tokens(source, vocabulary):
-        hashes = kgram_hashes(unit, k)
-        if not hashes:
-            continue
-        last = -1
-        for start in range(max(1, len(hashes) - w + 1)):
-            window = hashes[start:start + w]
-            low = min(window)
-            pos = start + len(window) - 1 - window[::-1].index(low)    # rightmost minimum
-            if pos == last:
-                continue
-            last = pos
-            if low in boilerplate:
-                continue
-            found.spans.setdefault(low, []).append((unit[pos][1], unit[pos + k - 1][2]))
+    hashes, lines = kgram_hashes(normalised_tokens(source, vocabulary), k)
+    if not len(hashes):
+        return found
+    if len(hashes) < w:
+        windows = hashes[None, :]
+    else:
+        windows = np.lib.stride_tricks.sliding_window_view(hashes, w)
+    width = windows.shape[1]
+    chosen = np.arange(len(windows)) + (width - 1 - windows[:, ::-1].argmin(axis=1))
+    chosen = np.unique(chosen)
+    chosen = chosen[hashes[chosen] != _NONE]
+    starts, ends = lines[chosen].tolist(), lines[chosen + k - 1].tolist()
+    for h, a, b in zip(hashes[chosen].tolist(), starts, ends, strict=True):
+        if h not in boilerplate:
+            found.spans.setdefault(h, []).append((a, b))
     return found
 
 
@@ -157,8 +264,8 @@ def boilerplate_hashes(sources: list[str], *, vocabulary: frozenset[str] = froze
     """Every k-gram hash (not only the winnowed ones) of the given code."""
     out: set[int] = set()
     for source in sources:
-        for unit in normalised_tokens(source, vocabulary):
-            out.update(kgram_hashes(unit, k))
+        hashes, _ = kgram_hashes(normalised_tokens(source, vocabulary), k)
+        out.update(hashes[hashes != _NONE].tolist())
     return frozenset(out)
 
 

@@ -146,3 +146,16 @@ def test_the_report_grows_with_shared_fingerprints_not_with_all_pairs():
     for fp in prints.values():
         fp.spans[42] = [(1, 1)]
     assert similarity.similar_pairs(prints) == []
+
+
+def test_a_copy_with_a_syntax_error_left_in_is_still_a_copy():
+    source = fixture_lab("ok_einsum", LAB1)
+    lines = rename(source, random.Random(4)).splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("if "))
+    lines[at] = lines[at].replace(":", "", 1)                  # the missing colon of a typo
+    broken = "".join(lines)
+    with pytest.raises(SyntaxError):
+        compile(broken, "lab1_attention.py", "exec")
+    entry = report(LAB1, {"orig": source, "broken": broken, "ref": solution(LAB1)})
+    assert score(entry, "orig", "broken") >= THRESHOLD
+    assert score(entry, "ref", "broken") < THRESHOLD
