@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from copying import KINDS, everything  # noqa: E402
 from grader import paths  # noqa: E402
 from grader.authoring.stubs import strip_solutions  # noqa: E402
-from grader.batch.integrity import SOLUTIONS, THRESHOLD, lab_report  # noqa: E402
+from grader.batch.integrity import SOLUTIONS, THRESHOLD, lab_report, lab_reports  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "submissions"
 # Fixture files written by editing another source, not independently: not honest students
@@ -114,17 +114,75 @@ def quality(labs: dict, size: int = 200) -> bool:
     return ok
 
 
+def copydetect_quality(labs: dict) -> None:
+    """The same planted class through the copydetect package (if installed): its own
+    tokenizer, winnowing (its defaults: noise 25, guarantee 30 tokens) and boilerplate
+    filter (the stub's fingerprints), every pair of files compared (it has no index)."""
+    try:
+        import io
+
+        import numpy as np
+        from copydetect import CodeFingerprint, compare_files
+    except ImportError:
+        print("3. copydetect is not installed: pip install copydetect to compare")
+        return
+    print("3. copydetect 0.5 on the same planted copies (all pairs; max of both directions):")
+    rng = random.Random(30)
+    for lab, info in labs.items():
+        def fp(code, boiler=None):
+            return CodeFingerprint("x.py", 25, 6, boilerplate=boiler, fp=io.StringIO(code),
+                                   language="python")
+        boiler = fp(info["stub"]).hashes
+        coded = []
+        for origin, source in info["honest"].items():
+            coded.append((origin, source))
+            coded += [(origin, f(source, rng)) for f in KINDS.values()]
+        coded += [("stub", info["stub"])] * 4
+        started = time.perf_counter()
+        prints = [fp(src, np.array(list(boiler))) for _, src in coded]
+        planted, honest = [], []
+        for i in range(len(coded)):
+            for j in range(i + 1, len(coded)):
+                _, sims, _ = compare_files(prints[i], prints[j])
+                score = max(sims)
+                same = coded[i][0] == coded[j][0] and coded[i][0] != "stub"
+                (planted if same else honest).append(score)
+        seconds = time.perf_counter() - started
+        print(f"   {lab:26s} planted lowest {min(planted):.2f} | honest highest "
+              f"{max(honest):.2f} | {len(coded)} files, {seconds:.2f} s "
+              f"{'ok' if min(planted) > max(honest) else 'OVERLAP'}")
+
+
+def _expression(rng: random.Random, depth: int) -> str:
+    """A random expression: its syntax tree's shape is what the fingerprints see."""
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice(["x", "y", "acc", f"({rng.randrange(9)})", "x.sum()", "y[0]"])
+    a, b = _expression(rng, depth - 1), _expression(rng, depth - 1)
+    shape = rng.randrange(8)
+    if shape == 0:
+        return f"({a} {rng.choice(['+', '-', '*', '/', '//', '%', '**', '@'])} {b})"
+    if shape == 1:
+        return f"{rng.choice(['abs', 'min', 'max', 'round', 'sum', 'len', 'sorted', 'pow'])}({a}, {b})"
+    if shape == 2:
+        return f"({a} if {b} {rng.choice(['<', '>', '==', '!=', '<=', '>='])} 0 else {b})"
+    if shape == 3:
+        return f"{a}[{b}:{rng.randrange(9)}]"
+    if shape == 4:
+        return f"({rng.choice(['-', 'not ', '~'])}{a})"
+    if shape == 5:
+        return f"[{a} for _ in range({b})]"
+    if shape == 6:
+        return f"({a} {rng.choice(['and', 'or'])} {b})"
+    return f"{a}.{rng.choice(['view', 'reshape', 'transpose', 'mean', 'clamp'])}({b})"
+
+
 def unique_function(rng: random.Random, i: int) -> str:
-    """A helper only this student wrote: distinct tokens (attributes are kept verbatim)."""
-    lines = [f"\n\ndef helper_{i}(x, y):", "    acc = x"]
-    for _ in range(12):
-        lines.append(f"    acc = acc.{rng.choice(['add', 'mul', 'sub', 'div', 'pow', 'clamp'])}"
-                     f"(y.{rng.choice(['sum', 'mean', 'max', 'min', 'abs', 'exp'])}"
-                     f"(dim={rng.randrange(-3, 3)})) {rng.choice('+-*')} {rng.randrange(99)}")
-    return "\n".join(lines + ["    return acc\n"])
+    """A helper only this student wrote: a few statements of random shape."""
+    body = [f"    acc = {_expression(rng, 3)}" for _ in range(rng.randrange(4, 9))]
+    return "\n".join([f"\n\ndef helper_{i}(x, y):", "    acc = x", *body, "    return acc\n"])
 
 
-def scale(labs: dict, sizes: list[int]) -> list[float]:
+def scale(labs: dict, sizes: list[int], jobs: int) -> list[float]:
     print(f"2. Cost by class size ({len(labs)} labs; load {Path('/proc/loadavg').read_text().split()[:3]}, "
           f"{os.cpu_count()} CPUs):")
     rng = random.Random(1)
@@ -134,14 +192,16 @@ def scale(labs: dict, sizes: list[int]) -> list[float]:
     for n in sizes:
         classes = {lab: {f"s{i:04d}": rng.choice(variants[lab]) + unique_function(rng, i)
                          for i in range(n)} for lab in labs}
-        started = time.perf_counter()
-        pairs = 0
-        for lab, info in labs.items():
-            entry = lab_report(lab, classes[lab], {SOLUTIONS: info["solution"]},
-                               stub=info["stub"], vocabulary_from=[info["solution"], info["stub"]])
-            pairs += len(entry["pairs"])
+        work = [(lab, classes[lab], {SOLUTIONS: info["solution"]}, info["stub"],
+                 [info["solution"], info["stub"]], THRESHOLD) for lab, info in labs.items()]
+        started, cpu = time.perf_counter(), time.process_time()
+        entries = lab_reports(work, jobs=jobs)
+        pairs = sum(len(e["pairs"]) for e in entries)
         times.append(time.perf_counter() - started)
-        print(f"   {n:5d} students x {len(labs)} labs: {times[-1]:6.1f} s ({pairs} pairs kept)")
+        cpu = time.process_time() - cpu
+        print(f"   {n:5d} students x {len(labs)} labs: {times[-1]:6.1f} s wall, {jobs} process(es)"
+              f"{'' if jobs > 1 else f', {cpu:.1f} s CPU'}; load "
+              f"{Path('/proc/loadavg').read_text().split()[0]} ({pairs} pairs kept)")
     for (n0, t0), (n1, t1) in zip(zip(sizes, times, strict=True), zip(sizes[1:], times[1:], strict=True),
                                   strict=False):
         nlogn = (n1 * math.log(n1)) / (n0 * math.log(n0))
@@ -153,11 +213,17 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="250,500,1000")
     parser.add_argument("--class-size", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes for the labs (the batch uses one per CPU)")
+    parser.add_argument("--copydetect", action="store_true",
+                        help="also run the planted class through the copydetect package")
     args = parser.parse_args()
     labs = course()
     ok = quality(labs, args.class_size)
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    times = scale(labs, sizes) if sizes else []
+    if args.copydetect:
+        copydetect_quality(labs)
+    times = scale(labs, sizes, args.jobs) if sizes else []
     if times and sizes[-1] >= 1000:
         ok &= times[-1] < 60
         print(f"   1000 students x 8 labs under 60 s: {'yes' if times[-1] < 60 else 'NO'}")

@@ -55,7 +55,6 @@ _STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize
 Token = tuple
 
 
-_CONTEXTS = (ast.Load, ast.Store, ast.Del)
 _UNITS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -95,11 +94,14 @@ def _parse_leniently(source: str) -> ast.Module | None:
     return None
 
 
-def _visit(node: ast.AST, units: list[list[Token]], vocabulary: frozenset[str]) -> None:
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _visit(node: ast.AST, units: list[list[Token]], vocabulary: frozenset[str],
+           line: int = 1) -> None:
+    """Append ``node``'s tokens, then its children's, in source order (pre-order)."""
     kind = type(node)
-    if isinstance(node, _CONTEXTS):
-        return
-    line = getattr(node, "lineno", None) or (units[-1][-1][1] if units[-1] else 1)
+    line = getattr(node, "lineno", line)
     if kind in _UNITS:
         units.append([])
     out = units[-1]
@@ -115,22 +117,25 @@ def _visit(node: ast.AST, units: list[list[Token]], vocabulary: frozenset[str]) 
     if kind is ast.Expr and type(node.value) is ast.Constant and isinstance(node.value.value, str):
         return                                   # a docstring or a bare string: lesson text
     if kind is ast.Attribute:
-        _visit(node.value, units, vocabulary)
+        _visit(node.value, units, vocabulary, line)
         units[-1].append(("." + (node.attr if node.attr in vocabulary else "V"), line, line))
         return
     if kind is ast.keyword:
         out.append(((node.arg if node.arg in vocabulary else "V") + "=", line, line))
-        _visit(node.value, units, vocabulary)
+        _visit(node.value, units, vocabulary, line)
         return
     out.append((kind.__name__, line, line))
-    for name in node._fields:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f != "ctx")
+    for name in fields:
         value = getattr(node, name, None)
-        if isinstance(value, list):
+        if type(value) is list:
             for item in value:
                 if isinstance(item, ast.AST):
-                    _visit(item, units, vocabulary)
+                    _visit(item, units, vocabulary, line)
         elif isinstance(value, ast.AST):
-            _visit(value, units, vocabulary)
+            _visit(value, units, vocabulary, line)
 
 
 def lexical_tokens(source: str, vocabulary: frozenset[str] = frozenset()) -> list[list[Token]]:

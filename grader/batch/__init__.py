@@ -198,7 +198,8 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         if any(stale.name.startswith(f".{name}.") for name in GRADEBOOK_FILES):
             with contextlib.suppress(OSError):
                 stale.unlink()
-    similarity = integrity.class_report(entries, rubric, labs, similar_to=similar_to)
+    similarity = integrity.class_report(entries, rubric, labs, similar_to=similar_to,
+                                        jobs=os.cpu_count() or 1)
     similarity_files = integrity.write_report(similarity, out)
     book = build_gradebook(out=out, students=[e.student for e in entries], rubric=scored,
                            similarity=similarity)

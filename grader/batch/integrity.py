@@ -14,7 +14,9 @@ it is evidence for the instructor to look at, and only class.html (instructor-on
 from __future__ import annotations
 
 import json
+import multiprocessing
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from grader import paths, similarity
@@ -29,6 +31,7 @@ from grader.rubric import Rubric
 
 THRESHOLD = 0.5        # flagged from here (benchmarks/bench_similarity.py: honest <= 0.42)
 SHOWN = 10             # flagged pairs per lab whose sources class.html shows side by side
+PARALLEL_FROM = 400    # lab files in the class from which the labs go to processes
 KEPT = 200             # pairs per lab kept in the report (the most similar)
 NOTE = ("Evidence for a person to look at, not a finding: this report changes no grade. "
         "Shared code is counted after the given code of the stubs is removed.")
@@ -109,9 +112,28 @@ def lab_report(lab: str, students: dict[str, str], references: dict[str, str], *
             "sources": {f"{kind}:{name}": keyed[(kind, name)] for kind, name in sorted(shown)}}
 
 
+def _lab_report_of(work: tuple) -> dict:
+    lab, students, references, stub, vocabulary_from, threshold = work
+    return lab_report(lab, students, references, stub=stub, vocabulary_from=vocabulary_from,
+                      threshold=threshold)
+
+
+def lab_reports(work: list[tuple], *, jobs: int = 1) -> list[dict]:
+    """``lab_report`` of each (lab, students, references, stub, vocabulary_from, threshold),
+    the labs side by side in up to ``jobs`` fresh processes ('spawn': nothing of the batch's
+    state is inherited) once the class is large enough to repay their start."""
+    large = sum(len(w[1]) for w in work) >= PARALLEL_FROM
+    if jobs <= 1 or len(work) <= 1 or not large:
+        return [_lab_report_of(w) for w in work]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=context) as pool:
+        return list(pool.map(_lab_report_of, work))
+
+
 def class_report(entries: list[Entry], rubric: Rubric, labs: list[str], *,
-                 similar_to: list[Path] | None = None, threshold: float = THRESHOLD) -> dict:
-    """The whole class's report: one ``lab_report`` per lab."""
+                 similar_to: list[Path] | None = None, threshold: float = THRESHOLD,
+                 jobs: int = 1) -> dict:
+    """The whole class's report: one ``lab_report`` per lab (``jobs``: processes)."""
     per_student = {e.student: _lab_sources(e.path, e.kind, rubric, labs)
                    for e in entries if not e.problem and e.kind in ("folder", "zip")}
     references = _reference_sources(list(similar_to or []), rubric, labs)
@@ -120,14 +142,16 @@ def class_report(entries: list[Entry], rubric: Rubric, labs: list[str], *,
                          "k": similarity.K, "window": similarity.W, "common": similarity.COMMON,
                          "score": "shared fingerprints / the smaller set"},
               "labs": {}}
+    work = []
     for lab in labs:
         solution_path = paths.SOLUTIONS / rubric.labs[lab].file
         solution = solution_path.read_text(encoding="utf-8") if solution_path.is_file() else ""
         stub = strip_solutions(solution, path=str(solution_path)) if solution else ""
-        report["labs"][lab] = lab_report(
-            lab, {s: got[lab] for s, got in per_student.items() if lab in got},
-            {r: got[lab] for r, got in references.items() if lab in got},
-            stub=stub, vocabulary_from=[solution, stub], threshold=threshold)
+        work.append((lab, {s: got[lab] for s, got in per_student.items() if lab in got},
+                     {r: got[lab] for r, got in references.items() if lab in got},
+                     stub, [solution, stub], threshold))
+    for lab, entry in zip(labs, lab_reports(work, jobs=jobs), strict=True):
+        report["labs"][lab] = entry
     return report
 
 

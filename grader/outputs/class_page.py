@@ -218,7 +218,7 @@ ol.mistakes li { margin: 0.6em 0; padding: 0.5em 0.7em; background: #fff4e5;
 .fault { background: #eef3fb; border-left: 4px solid #4c72b0; padding: 0.5em 0.8em; }
 .status-bad { color: #c62828; }
 svg text { font-size: 11px; fill: #333; }
-.side { display: grid; grid-template-columns: 1fr 1fr; gap: 0.6em; }
+.side { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 0.6em; }
 .side pre { font-size: 0.78em; background: #fafafa; border: 1px solid #ddd; padding: 0.4em;
             overflow-x: auto; max-height: 40em; margin: 0; }
 .side mark { background: #ffe08a; display: inline-block; width: 100%; }
@@ -452,24 +452,27 @@ def _similarity(report: dict | None) -> str:
                            f'<td class="num">{_pct(r["similarity"])}</td>'
                            f'<td class="num">{int(r["shared"])}</td></tr>')
             out.append("</tbody></table>")
+        opened = ' open'                          # the first one open: the closest pair
         for p in pairs:
             a, b = sources.get(f"student:{p['a']}"), sources.get(f"student:{p['b']}")
             if a is None or b is None:
                 continue
-            out.append(f'<details class="pair"><summary>{_e(p["a"])} and {_e(p["b"])}: '
+            out.append(f'<details class="pair"{opened}><summary>{_e(p["a"])} and {_e(p["b"])}: '
                        f"{_pct(p['similarity'])} shared, side by side</summary>"
                        + _side_by_side(p["a"], a, p.get("lines_a"), p["b"], b, p.get("lines_b"))
                        + "</details>")
+            opened = ""
         for r in against:
             a, b = sources.get(f"student:{r['student']}"), sources.get(f"source:{r['source']}")
             if a is None or b is None:
                 continue
-            out.append(f'<details class="pair"><summary>{_e(r["student"])} and '
+            out.append(f'<details class="pair"{opened}><summary>{_e(r["student"])} and '
                        f"{_e(r['source'])}: {_pct(r['similarity'])} shared, side by side"
                        "</summary>"
                        + _side_by_side(r["student"], a, r.get("lines_student"), r["source"], b,
                                        r.get("lines_source"))
                        + "</details>")
+            opened = ""
     return "".join(out) + "</section>"
 
 
