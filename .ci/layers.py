@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("suite code", ["grader.suites", "grader.suites.*"]),
     ("diagnosis", ["grader.diagnose", "grader.mistakes", "grader.mistakes.*"]),
     ("proxy", ["grader.engine", "grader.engine.*", "grader.intake", "grader.intake.*",
-               "grader.outputs", "grader.outputs.*"]),
+               "grader.outputs", "grader.outputs.*", "grader.similarity"]),
     ("base", ["grader.sandbox", "grader.sandbox.*", "grader.results",
               "grader.rubric", "grader.paths", "grader.errors", "grader.secret", "grader"]),
 ]

@@ -494,3 +494,30 @@ def test_a_zip_is_measured_from_its_end_record_before_it_is_parsed(make, reason,
     with pytest.raises(ZipRejected) as exc:
         check_zip(path)
     assert str(exc.value) == reason
+
+
+# ------------------------------------------------------------------ similarity (#30)
+
+def test_the_batch_writes_a_similarity_report_for_the_instructor_only(graded):
+    """alice, dave and gina hand in the same ok_einsum code: flagged pairs in similarity.json,
+    .csv and class.html; no student's own files mention any of it."""
+    root, out, summary = graded
+    report = json.loads((out / "similarity.json").read_text())
+    assert "changes no grade" in report["note"]
+    lab1 = report["labs"]["lab1_attention"]
+    flagged = {frozenset((p["a"], p["b"])) for p in lab1["pairs"] if p["flagged"]}
+    assert frozenset(("alice", "dave")) in flagged and frozenset(("alice", "gina")) in flagged
+    # bob's and carol's lab 1 are the reference's (their fixtures change other code): close to
+    # each other and to the course's solutions; alice's einsum version is not.
+    assert frozenset(("bob", "carol")) in flagged and frozenset(("alice", "bob")) not in flagged
+    close = {r["student"] for r in lab1["against"] if r["flagged"]}
+    assert {"bob", "carol"} <= close and "alice" not in close
+    assert summary.files["similarity_csv"].endswith("similarity.csv")
+    assert '"alice","dave"' in (out / "similarity.csv").read_text()
+    page = (out / "class.html").read_text()
+    assert 'id="similarity"' in page and "changes no grade" in page
+    for student in STUDENTS:
+        for f in (out / student).rglob("*"):
+            if f.is_file():
+                text = f.read_text(errors="replace").lower()
+                assert "similar" not in text and "shared code" not in text, f

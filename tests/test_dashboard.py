@@ -368,3 +368,49 @@ def test_a_browser_opens_the_batchs_class_page(batch_out):
     assert "<script>" in seen.text("mistakes")
     assert re.search(r"test_matches_pytorch_3d public 2 1 of 4 25%", seen.text("tests")), \
         seen.text("tests")
+
+
+# ------------------------------------------------------------------- similarity (#30)
+
+def similarity_view() -> ClassView:
+    """The synthetic class with a similarity report: ana's lab 1 copied (renamed) by a
+    student with a hostile name, beside an honest classmate."""
+    import random
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from copying import rename
+    from grader import paths
+    from grader.authoring.stubs import strip_solutions
+    from grader.batch.integrity import NOTE, THRESHOLD, lab_report
+    fixtures = Path(__file__).parent / "fixtures" / "submissions"
+    original = (fixtures / "ok_einsum" / f"{LAB1}.py").read_text()
+    solution = (paths.SOLUTIONS / f"{LAB1}.py").read_text()
+    stub = strip_solutions(solution, path=f"{LAB1}.py")
+    hostile = "<script>document.title='pwned'</script>"
+    entry = lab_report(LAB1, {"ana": original, hostile: rename(original, random.Random(1)),
+                              "bo": (fixtures / "ok_manual_softmax" / f"{LAB1}.py").read_text()},
+                       {"course solutions": solution}, stub=stub,
+                       vocabulary_from=[solution, stub])
+    report = {"note": NOTE, "threshold": THRESHOLD, "labs": {LAB1: entry}}
+    view = view_of(thirteen_and_two_apart())
+    return ClassView(view.labs, view.students, view.max_total, view.score, similarity=report)
+
+
+def test_the_similarity_section_shows_flagged_pairs_side_by_side():
+    page = class_page_html(similarity_view())
+    seen = shown(page)
+    text = seen.text("similarity")
+    assert "changes no grade" in text and "1 pair(s)" in text
+    assert "<td>ana</td>" in page and "<td>bo</td>" not in page     # bo wrote their own
+    assert page.count('<div class="side">') == 1 and "<mark>" in page
+    assert "<script>document" not in page                 # the hostile name is escaped
+
+
+@needs_chromium
+def test_a_browser_shows_the_similarity_report(tmp_path):
+    page = write_class_page(similarity_view(), tmp_path / "class.html")
+    seen = dom_after_load(page)
+    assert "script" not in seen.tags
+    assert "changes no grade" in seen.text("similarity")
+    shot = screenshot(page, tmp_path / "shot.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,6 +27,10 @@ How it runs:
 - ``scheduler``: the same batch on a Dask cluster (``grader.batch.cluster``, imported only
   then): the students go to the cluster's workers instead of local grading processes;
   everything else here is the same.
+- At the end, with the gradebook, the similarity report (``grader.batch.integrity``:
+  similarity.json and similarity.csv; ``similar_to``: folders of past or public solutions
+  each student is compared with, as with the course's solutions): for the instructor's
+  eyes in class.html, never a grade change, and nothing of it in any student's files.
 - Ctrl-C stops every grading process and raises ``BatchInterrupted`` (a
   KeyboardInterrupt) saying how many students are graded; a rerun resumes.
 """
@@ -43,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader import paths
+from grader.batch import integrity
 from grader.batch.fingerprints import course_digests, is_up_to_date, submission_digest
 from grader.batch.pool import Pool, student_budget_s, write_student
 from grader.batch.progress import Progress
@@ -97,10 +102,12 @@ def _as_rubric(rubric) -> Rubric:
 def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
                 rubric: Rubric | str | Path | None = None,
                 progress: bool = True, labs: list[str] | None = None,
-                scheduler: str | None = None) -> BatchSummary:
+                scheduler: str | None = None,
+                similar_to: list[str | Path] | None = None) -> BatchSummary:
     """Grade every student in ``root`` into ``out`` (see the module docstring); ``labs``:
     only these labs (default: all), scored out of their points alone; ``scheduler``: on
-    the Dask cluster at this address (``jobs`` is then ignored)."""
+    the Dask cluster at this address (``jobs`` is then ignored); ``similar_to``: folders of
+    past or public solutions for the similarity report."""
     started = time.monotonic()
     root, out = Path(root).resolve(), Path(out).resolve()
     if not root.is_dir():
@@ -108,6 +115,10 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    similar_to = [Path(d).resolve() for d in similar_to or []]
+    for folder in similar_to:
+        if not folder.is_dir():
+            raise UsageError(f"--similar-to {folder}: not a folder (of past or public solutions)")
     rubric = _as_rubric(rubric)
     problems = check_rubric_against_suites(rubric, paths.SUITES)
     if problems:                    # before anyone is graded (each process would refuse)
@@ -189,7 +200,12 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         if any(stale.name.startswith(f".{name}.") for name in GRADEBOOK_FILES):
             with contextlib.suppress(OSError):
                 stale.unlink()
-    book = build_gradebook(out=out, students=[e.student for e in entries], rubric=scored)
+    similarity = integrity.class_report(entries, rubric, labs, similar_to=similar_to,
+                                        jobs=os.cpu_count() or 1)
+    similarity_files = integrity.write_report(similarity, out)
+    book = build_gradebook(out=out, students=[e.student for e in entries], rubric=scored,
+                           similarity=similarity)
+    book.files.update(similarity_files)
     score = book.summary["score"]
     return BatchSummary(
         root=str(root), out=str(out), students=book.rows, graded=report.done,

@@ -35,7 +35,8 @@ def cmd_batch(args) -> int:
     labs = labs_arg(args.labs) or None
     summary = grade_batch(args.root, out=args.out, jobs=args.jobs,
                           rubric=args.batch_rubric or args.rubric, progress=not args.quiet,
-                          labs=labs, scheduler=args.scheduler)
+                          labs=labs, scheduler=args.scheduler,
+                          similar_to=args.similar_to)
     if not args.quiet:
         print(f"{summary.students} students ({summary.graded} graded now, "
               f"{summary.up_to_date} up to date) in {duration(summary.seconds)}"
@@ -46,7 +47,8 @@ def cmd_batch(args) -> int:
                   f"min {points(summary.min)}, max {points(summary.max)} "
                   f"(out of {points(summary.max_total)})")
         print(f"Wrote {summary.files['grades_csv']}, {Path(summary.files['summary_json']).name}"
-              ", the plots and class.html (the class dashboard)")
+              ", the plots, similarity.json/.csv (for the instructor: "
+              "changes no grade) and class.html (the class dashboard)")
     if summary.internal_errors:
         print(f"{summary.internal_errors} student(s) hit a grader error; run the batch again "
               "to retry them", file=sys.stderr)
@@ -70,6 +72,9 @@ def register(subparsers) -> None:
                    help="grade on the Dask cluster at ADDRESS (tcp://host:8786) instead of "
                         "local processes (needs pip install 'attention-labs[cluster]'; "
                         "see docs/batch.md)")
+    p.add_argument("--similar-to", dest="similar_to", action="append", metavar="DIR",
+                   help="also compare every student with the solutions in DIR (past terms', "
+                        "public ones; repeat for more) in the similarity report")
     p.add_argument("--rubric", dest="batch_rubric",
                    help="rubric file (default: the course's rubric.yaml)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary lines")

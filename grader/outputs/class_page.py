@@ -13,7 +13,11 @@ the score distribution), HTML out. It shows:
 - the students whose submission the grader failed to grade, apart: they are no score, and
   a rerun of the batch grades them again; and submissions that could not be graded (a
   rejected zip), which are real zeros;
-- every student, linked to their feedback.html.
+- every student, linked to their feedback.html;
+- the similarity report (``grader.batch.integrity``), per lab: the pairs of students at or
+  above its threshold with their shared fraction, each student found close to the course's
+  solutions or a past one, and the top pairs side by side with the shared lines marked.
+  Evidence for the instructor, never a grade change; no student's file holds any of it.
 
 The page is static (no script) and fetches nothing. Student ids are untrusted text (a
 folder may be named ``<script>``): every text is made printable and HTML-escaped, and a
@@ -87,6 +91,7 @@ class ClassView:
     students: list[StudentRecord]     # in gradebook order (by id)
     max_total: float
     score: dict                       # score_distribution() of the totals, grader faults left out
+    similarity: dict | None = None    # the batch's similarity report (similarity.json), if any
 
 
 def labs_of(rubric: Rubric) -> list[LabInfo]:
@@ -208,6 +213,11 @@ ol.mistakes li { margin: 0.6em 0; padding: 0.5em 0.7em; background: #fff4e5;
 .fault { background: #eef3fb; border-left: 4px solid #4c72b0; padding: 0.5em 0.8em; }
 .status-bad { color: #c62828; }
 svg text { font-size: 11px; fill: #333; }
+.side { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 0.6em; }
+.side pre { font-size: 0.78em; background: #fafafa; border: 1px solid #ddd; padding: 0.4em;
+            overflow-x: auto; max-height: 40em; margin: 0; }
+.side mark { background: #ffe08a; display: inline-block; width: 100%; }
+.side h4 { margin: 0.2em 0; font-size: 0.9em; }
 footer { margin-top: 3em; font-size: 0.85em; color: #777; }
 """
 
@@ -377,6 +387,90 @@ def _students(view: ClassView) -> str:
     return "".join(out) + "</tbody></table></section>"
 
 
+def _marked_source(text: str, spans: list) -> str:
+    """The source, escaped, one line each, the lines of ``spans`` ([first, last]) marked."""
+    marked = set()
+    for span in spans or []:
+        first, last = int(span[0]), int(span[1])
+        marked.update(range(first, last + 1))
+    lines = str(text).splitlines()
+    return "\n".join((f"<mark>{_e(line) or ' '}</mark>" if i in marked else _e(line))
+                      for i, line in enumerate(lines, start=1))
+
+
+def _side_by_side(title_a: str, text_a: str, lines_a, title_b: str, text_b: str,
+                  lines_b) -> str:
+    return ('<div class="side">'
+            f"<div><h4>{_e(title_a)}</h4><pre>{_marked_source(text_a, lines_a)}</pre></div>"
+            f"<div><h4>{_e(title_b)}</h4><pre>{_marked_source(text_b, lines_b)}</pre></div>"
+            "</div>")
+
+
+def _pct(x) -> str:
+    return f"{round(100 * float(x))}%"
+
+
+def _similarity(report: dict | None) -> str:
+    out = ['<section id="similarity"><h2>Similarity: code shared between submissions</h2>']
+    if not report:
+        return out[0] + "<p>No similarity report for this batch.</p></section>"
+    threshold = float(report.get("threshold", 0.5))
+    out.append(f'<p class="fault">{_e(report.get("note", ""))} Shown: pairs sharing at least '
+               f"{_pct(threshold)} of the smaller submission's fingerprints (winnowing over "
+               "normalised tokens: renamed variables, comments, layout and function order do "
+               "not hide shared code). All pairs are in similarity.json and "
+               '<a href="similarity.csv">similarity.csv</a>.</p>')
+    for lab, entry in (report.get("labs") or {}).items():
+        entry = entry or {}
+        sources = entry.get("sources") or {}
+        pairs = [p for p in entry.get("pairs") or [] if p.get("flagged")]
+        against = [r for r in entry.get("against") or [] if r.get("flagged")]
+        out.append(f'<h3 id="similarity-{_e(lab)}"><code>{_e(lab)}</code>: '
+                   f"{len(pairs)} pair(s) and {len(against)} student(s) close to a solution, "
+                   f"of {int(entry.get('students', 0))} submissions</h3>")
+        if not pairs and not against:
+            out.append("<p>Nothing above the threshold.</p>")
+            continue
+        if pairs:
+            out.append('<table class="pairs"><thead><tr><th>student</th><th>student</th>'
+                       "<th>shared</th><th>fingerprints shared</th></tr></thead><tbody>")
+            for p in pairs:
+                out.append(f"<tr><td>{_e(p['a'])}</td><td>{_e(p['b'])}</td>"
+                           f'<td class="num">{_pct(p["similarity"])}</td>'
+                           f'<td class="num">{int(p["shared"])}</td></tr>')
+            out.append("</tbody></table>")
+        if against:
+            out.append('<table class="against"><thead><tr><th>student</th><th>close to</th>'
+                       "<th>shared</th><th>fingerprints shared</th></tr></thead><tbody>")
+            for r in against:
+                out.append(f"<tr><td>{_e(r['student'])}</td><td>{_e(r['source'])}</td>"
+                           f'<td class="num">{_pct(r["similarity"])}</td>'
+                           f'<td class="num">{int(r["shared"])}</td></tr>')
+            out.append("</tbody></table>")
+        opened = ' open'                          # the first one open: the closest pair
+        for p in pairs:
+            a, b = sources.get(f"student:{p['a']}"), sources.get(f"student:{p['b']}")
+            if a is None or b is None:
+                continue
+            out.append(f'<details class="pair"{opened}><summary>{_e(p["a"])} and {_e(p["b"])}: '
+                       f"{_pct(p['similarity'])} shared, side by side</summary>"
+                       + _side_by_side(p["a"], a, p.get("lines_a"), p["b"], b, p.get("lines_b"))
+                       + "</details>")
+            opened = ""
+        for r in against:
+            a, b = sources.get(f"student:{r['student']}"), sources.get(f"source:{r['source']}")
+            if a is None or b is None:
+                continue
+            out.append(f'<details class="pair"{opened}><summary>{_e(r["student"])} and '
+                       f"{_e(r['source'])}: {_pct(r['similarity'])} shared, side by side"
+                       "</summary>"
+                       + _side_by_side(r["student"], a, r.get("lines_student"), r["source"], b,
+                                       r.get("lines_source"))
+                       + "</details>")
+            opened = ""
+    return "".join(out) + "</section>"
+
+
 def class_page_html(view: ClassView) -> str:
     """The dashboard as one HTML document (no script, no external resource)."""
     graded = [r for r in view.students if r.fault is None]
@@ -410,6 +504,7 @@ def class_page_html(view: ClassView) -> str:
                "could not be graded, for the reason given.",
                "None.", problems),
         _students(view),
+        _similarity(view.similarity),
         "<footer>Written by <code>grader batch</code> from the students' results.json, with "
         "grades.csv and summary.json.</footer>",
         "</body></html>",

@@ -29,7 +29,7 @@ POINT_DECIMALS = 2           # points in summary.json (means, medians, edges): 6
 RATE_DECIMALS = 4            # pass rates, fractions of the class: 0.8333 (83.33%)
 # What build_gradebook writes into OUT (a student may not have one of these names).
 GRADEBOOK_FILES = ("grades.csv", "summary.json", "score_histogram.png", "test_pass_rates.png",
-                   "class.html")
+                   "class.html", "similarity.json", "similarity.csv")
 NOT_GRADED = "not graded (the batch stopped before this student; run it again)"
 
 
@@ -202,12 +202,13 @@ def score_distribution(totals: list[float], max_total: float) -> dict:
 
 
 def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
-                    plots: bool = True) -> Gradebook:
+                    plots: bool = True, similarity: dict | None = None) -> Gradebook:
     """Write grades.csv, summary.json, the plots and the class dashboard (class.html,
     ``grader.outputs.class_page``) from ``out/<student>/results.json``.
 
     ``students`` fixes the rows and their order; a student without a readable results.json
-    gets a zero row whose status says so.
+    gets a zero row whose status says so. ``similarity``: the batch's similarity report
+    for class.html (default: ``out/similarity.json`` when there is one).
     """
     out = Path(out)
     lab_names = list(rubric.labs)
@@ -242,11 +243,22 @@ def build_gradebook(*, out: Path, students: list[str], rubric: Rubric,
     counted = [r.total for r in records if not is_grader_fault(r.fault)]
     files["class_html"] = write_class_page(ClassView(
         labs=labs_of(rubric), students=records, max_total=rubric.max_points,
-        score=score_distribution(counted, rubric.max_points)), out / "class.html")
+        score=score_distribution(counted, rubric.max_points),
+        similarity=similarity if similarity is not None else _similarity_report(out)),
+        out / "class.html")
     if plots:
         files["score_histogram"] = plot_score_histogram(summary, out / "score_histogram.png")
         files["test_pass_rates"] = plot_test_pass_rates(summary, out / "test_pass_rates.png")
     return Gradebook(rows=len(students), not_ok=not_ok, summary=summary, files=files)
+
+
+def _similarity_report(out: Path) -> dict | None:
+    """The similarity.json a batch wrote (grader.batch.integrity), or None."""
+    try:
+        data = json.loads((out / "similarity.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("labs"), dict) else None
 
 
 # ------------------------------------------------------------------------------ plots
