@@ -152,6 +152,37 @@ def test_a_wall_limit_follows_the_cpu_the_worker_was_given(zygote):
     print(f"spin 1.5 CPU-s beside two hogs: {took:.2f} s wall")
 
 
+def test_a_tests_later_call_keeps_the_time_load_took_from_its_earlier_ones(zygote):
+    """Item 9 across calls: beside two CPU hogs, 1.2 CPU-s then 0.3 CPU-s under one 2 s
+    test limit. The first call answers inside its limit but load takes ~0.6 s of it; that
+    time moves the test's deadline, so the second call (which alone would have ~0.2 s left)
+    answers too. 1.5 CPU-s is within the limit: a timeout here would be the machine's."""
+    import subprocess
+
+    from grader.engine.student import Session, StudentLab
+    from grader.sandbox import make_scratch
+    scratch = make_scratch({"lab9_spin.py": SPIN})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    lab = StudentLab(session, "lab9_spin")
+    session.start_test(10.0, lab="lab9_spin")
+    lab.call("spin", 0.0)                        # the worker started before the hogs
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        session.start_test(2.0, lab="lab9_spin")
+        limit_at = session.deadline
+        assert lab.call("spin", 1.2) == 1
+        assert lab.call("spin", 0.3) == 1
+        moved = session.deadline - limit_at
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        session.close()
+        scratch.cleanup()
+    assert 0 < moved <= 3.0 * 2.0, moved
+    print(f"deadline moved {moved:.2f} s for load")
+
+
 def test_no_cgroup_is_left_behind(report):
     """Every measured call's cgroups are removed with its worker."""
     import os

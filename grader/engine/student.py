@@ -21,6 +21,7 @@ from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.reference import load_reference
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
                             protocol, usage, wire)
+from grader.sandbox.channel import LOAD_STRETCH_MAX
 from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
 
@@ -154,6 +155,10 @@ class Session:
     plan: CallPlan | None = None
     recording: CallPlan | None = None
     deadline: float = float("inf")                  # monotonic time the current test ends
+    # Seconds the test's deadline may still move for time its workers waited for a CPU
+    # (the machine's load, never the student's): a test's later calls keep what load took
+    # from its earlier ones, up to channel.LOAD_STRETCH_MAX times the test's limit.
+    load_credit_s: float = 0.0
     time_limit_s: float = 10.0
     workers: dict[str, Worker] = field(default_factory=dict)
     last_stdout: str = ""
@@ -202,6 +207,7 @@ class Session:
                 worker.kill()
         self.time_limit_s = time_limit_s
         self.deadline = time.monotonic() + time_limit_s
+        self.load_credit_s = LOAD_STRETCH_MAX * time_limit_s
         self.calls = []
         if self.prefetch is not None:
             self.prefetch.start_test(test)
@@ -264,9 +270,16 @@ class Session:
             if not sent:
                 worker.send_ahead(frame, count=1)
             reply = worker.receive(timeout_s=remaining)
+            self._credit_load(worker)
             if self.prefetch is not None:
                 self.prefetch.answered(self.test, lab, self.made)
         return self._reply_value(worker, lab, reply)
+
+    def _credit_load(self, worker: Worker) -> None:
+        """The test's deadline moves by the time ``worker``'s last reply waited for a CPU."""
+        extra = min(worker.load_delay_s, self.load_credit_s)
+        self.deadline += extra
+        self.load_credit_s -= extra
 
     @contextlib.contextmanager
     def _waiting(self, lab: str):
@@ -420,6 +433,7 @@ class Session:
         with self._waiting(lab):
             worker.send_ahead(wire.encode(req), count=1)
             reply = worker.receive(timeout_s=remaining)
+            self._credit_load(worker)
         return self._reply_value(worker, lab, reply)
 
     def _callback(self, lab: str, req) -> object:

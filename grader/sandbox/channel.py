@@ -73,6 +73,8 @@ class Worker:
     _granted_s: float = 0.0
     _delay_at: int = 0
     _stretch_cap_s: float = 0.0
+    # What the last reply waited for a CPU (seconds), for the caller's later deadlines.
+    load_delay_s: float = 0.0
 
     def __post_init__(self):
         # All I/O is non-blocking and waits in ``_wait``, which also feeds the worker the
@@ -129,6 +131,8 @@ class Worker:
                                              "to the grader's channel")
                     self.answered += 1
                     self.pending -= 1
+                    self.load_delay_s = max(
+                        0.0, (usage.run_delay_ns(self.pid) - self._delay_at) / 1e9)
                     return frame
                 self._outbox += wire.encode({"callback_reply": self._callback(frame)})
                 self._pump()
