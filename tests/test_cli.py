@@ -76,7 +76,9 @@ def test_grade_accepts_a_zip_and_writes_html_feedback(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["score"] == 0
-    assert "lab3_positional.py was not found in the submission" in data["output"]
+    assert "not handed in: lab3_positional" in data["output"]
+    [missing] = data["tests"]               # a lab not handed in is one entry, not its tests
+    assert "lab3_positional.py was not found in the submission" in missing["output"]
     assert (tmp_path / "feedback.html").read_text().lstrip().lower().startswith("<!doctype html")
 
 
