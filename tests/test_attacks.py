@@ -132,6 +132,20 @@ def _region_lines(path: Path) -> list[str]:
     return out
 
 
+def _description_lines(source: str) -> list[str]:
+    """The lines of a suite's test docstrings that the grader publishes as the tests'
+    descriptions (their first paragraph: what a student reads about a hidden test)."""
+    import ast
+    import inspect
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                lines += [ln.strip() for ln in inspect.cleandoc(doc).split("\n\n")[0].splitlines()]
+    return lines
+
+
 def secret_lines() -> list[str]:
     """Lines only the grader has: hidden suites and solution regions (not public anywhere)."""
     public: set[str] = set()
@@ -143,6 +157,7 @@ def secret_lines() -> list[str]:
     secret = []
     for f in (paths.SUITES / "hidden").glob("*.py"):
         secret += [line.strip() for line in f.read_text().splitlines()]
+        public.update(_description_lines(f.read_text()))
     for f in paths.SOLUTIONS.glob("lab*.py"):
         secret += _region_lines(f)
     return sorted({s for s in secret if len(s) >= 30 and s not in public})
