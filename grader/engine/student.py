@@ -395,13 +395,11 @@ class Session:
             # The import counts: work done at import time (a model trained there) is the
             # training's too.
             before = usage.reading(worker.pid)
-            self.reference_cpu_ns = 0
             value = self._exchange(worker, lab, req)
             after = usage.reading(worker.pid)
-            used = usage.measured(before, after, children_alive=worker.has_children())
-            # What the course's reference computed for it (its lab 1's attention, say) is
-            # the training's time too.
-            return value, replace(used, cpu_s=used.cpu_s + self.reference_cpu_ns / 1e9)
+            # What the course's reference computed for it (its lab 1's attention, say) is in
+            # this figure: the worker spins while a call into another lab is answered.
+            return value, usage.measured(before, after, children_alive=worker.has_children())
         except StudentError as exc:
             return exc
         except OSError as exc:          # the worker's /proc went away: it is gone
