@@ -4,11 +4,16 @@
     .venv/bin/python benchmarks/bench_check.py --repeat 1      # quick
     .venv/bin/python benchmarks/bench_check.py --cases buggy --repeat 9 --json figures.json
 
-Cases (all four labs, the public suites, as a student runs them):
+    .venv/bin/python benchmarks/bench_check.py --cases each-lab --repeat 1   # one-lab checks
 
-- ``solutions``: the four reference solutions copied to a temporary folder;
+Cases (the public suites, as a student runs them):
+
+- ``solutions``: every lab's reference solution copied to a temporary folder, all labs;
 - ``stubs``: ``exercises/`` (every test fails: "not implemented yet");
-- ``buggy``: ``tests/fixtures/submissions/bug_softmax_dim`` (failed tests, each diagnosed).
+- ``buggy``: ``tests/fixtures/submissions/bug_softmax_dim`` (failed tests, each diagnosed);
+- ``lab1_attention`` ... ``lab8_train_transformer`` (``each-lab``: all eight): a one-lab
+  check, ``grader check FOLDER --lab LAB`` on the solutions' folder, as a student checks the
+  lab they work on.
 
 Each round runs every case once, in turn (alternation keeps a shared machine's drift out of
 the comparison between cases), as ``grader check DIR`` in a subprocess: the wall time of
@@ -44,7 +49,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("solutions", "stubs", "buggy")
+LABS = tuple(sorted(p.stem for p in (ROOT / "solutions").glob("lab*.py")))
+CASES = ("solutions", "stubs", "buggy", *LABS)
 BUGGY = ROOT / "tests" / "fixtures" / "submissions" / "bug_softmax_dim"
 
 
@@ -57,7 +63,13 @@ def case_folders(tmp: Path) -> dict[str, Path]:
     solutions.mkdir()
     for f in sorted((ROOT / "solutions").glob("lab*.py")):
         shutil.copy(f, solutions / f.name)
-    return {"solutions": solutions, "stubs": ROOT / "exercises", "buggy": BUGGY}
+    return {"solutions": solutions, "stubs": ROOT / "exercises", "buggy": BUGGY,
+            **{lab: solutions for lab in LABS}}
+
+
+def check_args(case: str, folder: Path) -> list[str]:
+    """``grader check``'s arguments for a case (a lab's name: that lab only)."""
+    return [str(folder), *(["--lab", case] if case in LABS else [])]
 
 
 def grader_command() -> list[str]:
@@ -66,20 +78,20 @@ def grader_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "grader.cli"]
 
 
-def run_plain(folder: Path) -> tuple[float, int, str]:
-    """One cold ``grader check FOLDER``: (wall seconds, exit status, stdout)."""
+def run_plain(args: list[str]) -> tuple[float, int, str]:
+    """One cold ``grader check ARGS``: (wall seconds, exit status, stdout)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([*grader_command(), "check", str(folder)], capture_output=True,
+    proc = subprocess.run([*grader_command(), "check", *args], capture_output=True,
                           text=True, cwd=ROOT)
     return time.perf_counter() - t0, proc.returncode, proc.stdout + proc.stderr
 
 
-def run_timed(folder: Path, tmp: Path) -> tuple[float, int, dict]:
-    """One cold ``grader check FOLDER`` through ``--child``: (wall, status, timeline)."""
+def run_timed(args: list[str], tmp: Path) -> tuple[float, int, dict]:
+    """One cold ``grader check ARGS`` through ``--child``: (wall, status, timeline)."""
     out = tmp / "timeline.json"
     t0_wall = time.time()
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", str(folder), "--t0",
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args), "--t0",
                            repr(t0_wall), "--timeline", str(out)], capture_output=True,
                           text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
@@ -90,7 +102,7 @@ def run_timed(folder: Path, tmp: Path) -> tuple[float, int, dict]:
 
 
 def check_output(case: str, rc: int, text: str) -> None:
-    expected = {"solutions": 0, "stubs": 1, "buggy": 1}[case]
+    expected = {"stubs": 1, "buggy": 1}.get(case, 0)
     if rc != expected or "Total:" not in text:
         raise SystemExit(f"grader check on {case}: exit status {rc}, expected {expected}:\n"
                          f"{text[-2000:]}")
@@ -140,7 +152,7 @@ def main() -> int:
     parser.add_argument("--breakdown", type=int, default=None,
                         help="timeline runs per case (default: min(repeat, 3); 0: none)")
     parser.add_argument("--cases", default=",".join(CASES),
-                        help=f"comma-separated, of {', '.join(CASES)}")
+                        help=f"comma-separated, of {', '.join(CASES)}, each-lab")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
@@ -148,7 +160,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.t0, args.timeline)
-    cases = [c for c in args.cases.split(",") if c]
+    cases = [lab for c in args.cases.split(",") if c
+             for lab in (LABS if c == "each-lab" else (c,))]
     for c in cases:
         if c not in CASES:
             parser.error(f"unknown case {c!r}")
@@ -164,21 +177,22 @@ def main() -> int:
         walls: dict[str, list[float]] = {c: [] for c in cases}
         for _ in range(args.repeat):
             for case in cases:
-                wall, rc, text = run_plain(folders[case])
+                wall, rc, text = run_plain(check_args(case, folders[case]))
                 check_output(case, rc, text)
                 walls[case].append(wall)
         timelines: dict[str, list[dict]] = {c: [] for c in cases}
         for _ in range(breakdown):
             for case in cases:
-                _, rc, timeline = run_timed(folders[case], tmp)
+                _, rc, timeline = run_timed(check_args(case, folders[case]), tmp)
                 check_output(case, rc, "Total:" if timeline.get("output_end") else "")
                 timelines[case].append(timeline)
     load_end = os.getloadavg()
     figures["load_end"] = load_end
-    print(f"\n{'case':<10} {'median':>8} {'min':>8} {'max':>8}   runs (s)")
+    width = max(10, *(len(c) for c in cases))
+    print(f"\n{'case':<{width}} {'median':>8} {'min':>8} {'max':>8}   runs (s)")
     for case in cases:
         w = walls[case]
-        print(f"{case:<10} {statistics.median(w):8.2f} {min(w):8.2f} {max(w):8.2f}   "
+        print(f"{case:<{width}} {statistics.median(w):8.2f} {min(w):8.2f} {max(w):8.2f}   "
               + " ".join(f"{x:.2f}" for x in w))
         figures["cases"][case] = {"median_s": statistics.median(w), "min_s": min(w),
                                   "max_s": max(w), "runs_s": w}
@@ -203,8 +217,8 @@ def main() -> int:
 # the child: ``grader check`` with a timeline
 # --------------------------------------------------------------------------------------------
 
-def child(folder: str, t0: float, timeline_path: str) -> int:
-    """Run ``grader check FOLDER`` in this fresh interpreter, recording when each phase
+def child(check_args_json: str, t0: float, timeline_path: str) -> int:
+    """Run ``grader check ARGS`` (a JSON list) in this fresh interpreter, recording when each phase
     starts and ends (seconds since ``t0``, the parent's clock when it started us). Only
     hooks: an import hook that times ``torch`` and wraps the grader's functions as their
     modules finish loading; what runs is ``grader.cli.main``."""
@@ -307,7 +321,7 @@ def child(folder: str, t0: float, timeline_path: str) -> int:
             return spec
 
     sys.meta_path.insert(0, Hook())
-    sys.argv = ["grader", "check", folder]
+    sys.argv = ["grader", "check", *json.loads(check_args_json)]
     import grader.cli
     rc = 3
     try:

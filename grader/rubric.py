@@ -56,7 +56,7 @@ OUTPUT_MODES = ("group", "private")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
 LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "exports", "tests")
 TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s", "budget")
-BUDGET_KEYS = ("memory_mb", "work_ratio", "cpu_s", "why")
+BUDGET_KEYS = ("memory_mb", "work_ratio", "reference_ratio", "cpu_s", "why")
 TOLERANCE_KEYS = ("atol", "rtol", "why")
 
 
@@ -76,12 +76,15 @@ class Tolerance:
 class Budget:
     """What a resource test allows a student call to use (grader.sandbox.usage measures it):
     ``memory_mb``, peak memory above the inputs in MiB; ``work_ratio``, how many times the
-    CPU time may grow when the test's input size grows by its stated factor; ``cpu_s``, the
-    CPU seconds a call may take on one thread (lab 8's ``train(seed, budget_s)``)."""
+    CPU time may grow when the test's input size grows by its stated factor;
+    ``reference_ratio``, how many times the CPU time of the course's reference on the same
+    input, measured beside it in a worker like the student's, a call may take; ``cpu_s``,
+    the CPU seconds a call may take on one thread (lab 8's ``train(seed, budget_s)``)."""
     memory_mb: float | None = None
     work_ratio: float | None = None
     why: str | None = None
     cpu_s: float | None = None
+    reference_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -364,24 +367,26 @@ class _Validator:
 
     def budget(self, node: yaml.Node, keypath: str, *, owner_line: int) -> Budget | None:
         entries = self.mapping(node, keypath, allowed=BUDGET_KEYS,
-                               what="a mapping {memory_mb: ..., work_ratio: ..., cpu_s: ..., "
-                                    "why: ...}")
+                               what="a mapping {memory_mb: ..., work_ratio: ..., "
+                                    "reference_ratio: ..., cpu_s: ..., why: ...}")
         if entries is None:
             return None
         n_errors = self.n_errors()
         values: dict[str, float | None] = {}
-        for key in ("memory_mb", "work_ratio", "cpu_s"):
+        for key in ("memory_mb", "work_ratio", "reference_ratio", "cpu_s"):
             if key in entries:
                 values[key] = self.number(entries[key][1], f"{keypath}.{key}", positive=True)
         if not values and self.n_errors() == n_errors:
-            self.error(owner_line, keypath, "expected memory_mb, work_ratio and/or cpu_s")
+            self.error(owner_line, keypath, "expected memory_mb, work_ratio, reference_ratio "
+                       "and/or cpu_s")
         why = None
         if self.require(entries, "why", owner_line, keypath, "a non-empty string"):
             why = self.string(entries["why"][1], f"{keypath}.why", expected="a non-empty string")
         if self.n_errors() != n_errors:
             return None
         return Budget(memory_mb=values.get("memory_mb"), work_ratio=values.get("work_ratio"),
-                      cpu_s=values.get("cpu_s"), why=why)
+                      cpu_s=values.get("cpu_s"), why=why,
+                      reference_ratio=values.get("reference_ratio"))
 
     # -- document ------------------------------------------------------------------
     def document(self, root: yaml.Node | None) -> Rubric | None:

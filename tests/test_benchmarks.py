@@ -24,9 +24,10 @@ def _load(name: str):
     return module
 
 
-# Lab 6's resource tests measure each call in a fresh worker: 2 lengths for the memory
-# test, 2 runs at the short length and 1 at the long one for the work test.
-MEASURED_CALLS = 2 + 3
+# Resource tests measure each call in a fresh worker (the course reference's runs too):
+# lab 5's generate (student, reference); lab 6: 2 lengths for each of the two memory tests
+# by length, 1 for the 65,536-key one, 1 short + 1 long + 1 reference for the work test.
+MEASURED_CALLS = 2 + (2 + 2 + 1 + 3)
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +122,24 @@ def test_bench_check_runs_grader_check_cold_and_prints_its_figures(tmp_path):
     for phase in ("cli", "import torch", "zygote", "pytest", "grading", "tests", "output",
                   "exit"):
         assert f"\n  {phase:<14}" in proc.stdout, phase
+
+
+def test_bench_check_covers_a_one_lab_check_of_every_lab(tmp_path):
+    """bench_check.py has a one-lab case for each of the course's labs (#29: it had labs
+    1-4 only), and runs one: ``grader check FOLDER --lab LAB``."""
+    import importlib.util
+    import json
+    import subprocess
+    spec = importlib.util.spec_from_file_location("bench_check", BENCHMARKS / "bench_check.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    labs = sorted(p.stem for p in paths.SOLUTIONS.glob("lab*.py"))
+    assert len(labs) == 8 and set(labs) <= set(bench.CASES)
+    assert bench.check_args("lab5_decoder", tmp_path) == [str(tmp_path), "--lab", "lab5_decoder"]
+    figures = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_check.py"), "--cases",
+                           "lab3_positional", "--repeat", "1", "--breakdown", "1",
+                           "--json", str(figures)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(figures.read_text())["cases"]["lab3_positional"]
+    assert got["median_s"] > 0 and got["timeline"]["output_end"] > got["timeline"]["tests_end"]

@@ -538,3 +538,46 @@ def test_a_reference_function_under_another_name_stops_the_release(tmp_path):
     with pytest.raises(BundleError, match="reference code \\(attention_weights64"):
         build_release(tmp_path / "out", rubric_path=course / "rubric.yaml", course=course,
                       package=package)
+
+
+def test_release_words_are_written_for_a_student(release, tmp_path):
+    """The kit speaks to a student (#29): the README's example summary line is one a check
+    can print (its lab's real public count), it documents `grader feedback` and how a
+    notebook class gets its notebooks; the contract has no instructor notes and points to
+    no file the kit lacks; no stub opens with "Generated from solutions/..."; a check's
+    table keeps whole test names in a log (no terminal); `grader notebooks` says in one
+    line that it is not in a kit."""
+    from grader.outputs.text import short_name
+    readme = (release / "README.md").read_text()
+    public = load_rubric(release / "rubric.yaml")
+    examples = re.findall(r"`((lab\d+): (\d+)/(\d+) public tests pass)`", readme)
+    assert examples, readme
+    for line, short, passed, total in examples:
+        lab = next(name for name in public.labs if short_name(name) == short)
+        n = sum(t.visibility == "public" for t in public.labs[lab].tests.values())
+        assert int(total) == n and int(passed) <= n, (line, n)
+    assert "grader feedback" in readme and "feedback.html" in readme
+    assert "nbgrader" in readme and ".ipynb" in readme
+    contract = (release / "docs" / "LAB_CONTRACT.md").read_text()
+    for instructor_only in ("solutions/", "docs/security.md", "as implemented and graded",
+                            "The project's"):
+        assert instructor_only not in contract, instructor_only
+    full = (paths.COURSE / "docs" / "LAB_CONTRACT.md").read_text()
+    assert re.findall(r"^## .*", contract, re.M) == re.findall(r"^## .*", full, re.M)
+    for stub in (release / "exercises").glob("lab*.py"):
+        first = stub.read_text().splitlines()[0]
+        assert "Generated from" not in first and "solutions/" not in first, (stub.name, first)
+    env = {k: v for k, v in _bundle_env(release).items() if k not in ("COLUMNS", "LINES")}
+    buggy = make_submission("bug_softmax_dim", tmp_path / "buggy")
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(buggy),
+                           "--lab", "lab1_attention"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    names = [n for n, t in public.labs["lab1_attention"].tests.items() if t.visibility == "public"]
+    for name in names:
+        assert name in proc.stdout, (name, proc.stdout)
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "notebooks", "--out",
+                           str(tmp_path / "nb")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    said = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode != 0 and "Traceback" not in said and len(said.splitlines()) == 1, said
+    assert "instructor" in said, said

@@ -57,6 +57,24 @@ def test_check_of_one_lab_file_checks_that_lab_only(tmp_path):
     assert summaries == [f"lab3: {n}/{n} public tests pass"]
 
 
+def test_check_of_a_folder_with_one_lab_notebook_shows_that_lab_only(tmp_path):
+    """A notebook student's folder holds one lab's notebook: the check is of that lab,
+    not a table of the seven others' missing files (#29)."""
+    import json
+    source = (paths.SOLUTIONS / f"{LAB3}.py").read_text()
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None,
+                           "outputs": [], "source": source.splitlines(keepends=True)}]}
+    (tmp_path / f"{LAB3}.ipynb").write_text(json.dumps(notebook))
+    proc = run("check", cwd=tmp_path)
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    n = sum(t.visibility == "public" for t in _rubric().labs[LAB3].tests.values())
+    summaries = [line for line in proc.stdout.splitlines() if line.startswith("lab")
+                 and ": " in line and "/" in line]
+    assert summaries[-1] == f"lab3: {n}/{n} public tests pass", proc.stdout
+    assert "lab1" not in proc.stdout and "not found" not in proc.stdout, proc.stdout
+
+
 def _rubric():
     from grader.rubric import load_rubric
     return load_rubric(paths.RUBRIC)
@@ -285,3 +303,18 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path):
     assert "Traceback" not in proc.stderr
     assert [p.name for p in dest.iterdir()] == ["thesis.tex"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".taken.")]   # no leftovers
+
+
+def test_check_prints_the_time_the_student_waited(tmp_path):
+    """The time on the Total line is the wall time since the command started (interpreter,
+    torch, sandbox and all), not only the grading's share of it (#29)."""
+    import re
+    import time
+    (tmp_path / f"{LAB3}.py").write_bytes((paths.SOLUTIONS / f"{LAB3}.py").read_bytes())
+    t0 = time.monotonic()
+    proc = run("check", str(tmp_path), "--lab", LAB3)
+    wall = time.monotonic() - t0
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    printed = float(re.search(r"Total: \S+\s+\(([\d.]+) s\)", proc.stdout).group(1))
+    # Only the interpreter's start before it and the exit after it are not counted.
+    assert 0.75 * wall <= printed <= wall, (printed, wall)

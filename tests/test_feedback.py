@@ -72,16 +72,22 @@ EXPECTED = {
     "bug_cache_only_new": "cache_only_new",
     "bug_cache_not_appended": "cache_not_appended",
     "bug_cache_wrong_axis": "cache_wrong_axis",
+    "bug_cache_prepended": "cache_prepended",
+    "bug_cache_before_projection": "cache_before_projection",
+    "bug_step_max_len_unchecked": "step_max_len_unchecked",
     # lab 6: efficient attention
     "bug_online_softmax_no_rescale": "online_softmax_no_rescale",
     "bug_chunked_causal_top_left": "causal_top_left",
     "bug_window_off_by_one": "window_off_by_one",
     "bug_feature_map_not_positive": "feature_map_not_positive",
     "bug_prefix_sum_exclusive": "prefix_sum_exclusive",
+    "bug_linear_attention_quadratic": "quadratic_memory",
     # lab 7: relative positions (RoPE, ALiBi)
     "bug_rope_angles_float32": "rope_angles_float32",
     "bug_rope_rotate_half": "rope_rotate_half",
     "bug_rope_frequencies": "rope_frequencies_exponent",
+    "bug_rope_rotation_reversed": "rope_rotation_reversed",
+    "bug_rope_scores_unscaled": "rope_scores_unscaled",
     "bug_alibi_slopes_reversed": "alibi_slopes_reversed",
     "bug_alibi_slopes_any_n": "alibi_slopes_power_of_two_formula",
     "bug_alibi_sign": "alibi_bias_sign",
@@ -186,6 +192,26 @@ def test_fixture_mistake_is_named(fixture, graded):
                 assert not t.diagnosis and only_loss_curves(t.artifacts), (fixture, t.name)
             if t.visibility == "hidden":
                 assert not t.artifacts, (fixture, t.name)
+
+
+def test_checked_diagnosis_replaces_the_tests_guess_and_hidden_raises_say_what(graded):
+    """A test's own "Likely cause" is a guess: where the catalogue names the mistake (checked
+    against the submission), the guess that the figures contradict is left out (a cache
+    prepended is no causal-mask mistake). A hidden test waiting on a ValueError says which
+    exception came instead, not only "a check failed"; a call that ran out of memory is
+    named, not left as "your code raised RuntimeError"."""
+    result, _ = graded("bug_cache_prepended", ("lab5_decoder",))
+    split = next(t for t in result.lab("lab5_decoder").tests
+                 if t.name == "test_any_chunk_split_matches_parallel_forward")
+    assert not split.passed and name_of(split.diagnosis) == "new keys put before the cached ones"
+    assert "causal" not in split.message and "Likely cause" not in split.message
+    result, _ = graded("bug_step_max_len_unchecked", ("lab5_decoder",))
+    (test,) = [t for t in result.lab("lab5_decoder").tests if not t.passed]
+    assert test.visibility == "hidden"
+    assert test.message == "expected a ValueError, but your code raised IndexError"
+    result, _ = graded("bug_linear_attention_quadratic", ("lab6_efficient_attention",))
+    (test,) = [t for t in result.lab("lab6_efficient_attention").tests if not t.passed]
+    assert "ran out of memory" in test.diagnosis and "(L, L)" in test.diagnosis
 
 
 # ------------------------------------------------------------------------------------------
@@ -811,3 +837,42 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
     assert not torch.equal(slopes(6, any_n=True), ref.alibi_slopes(6))
     assert not torch.equal(bias(2, 3, 3, sign=1.0), ref.alibi_bias(2, 3, 3))
     assert not torch.equal(bias(2, 2, 5, top_left=True), ref.alibi_bias(2, 2, 5))
+
+
+def _first_paragraph(doc: str) -> str:
+    import inspect
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+
+
+def test_feedback_of_dot_titles_the_folder_takes_labs_and_keeps_whole_sentences(tmp_path,
+                                                                               monkeypatch):
+    """``grader feedback . --lab A --lab B`` (#29): titled with the folder's own name, both
+    labs and only them, each description the docstring's whole first paragraph (not its
+    first line, cut mid-sentence), and a footer that promises pictures only when the page
+    has some (lab 1 here passes: none)."""
+    import importlib.util
+
+    from grader.cli import main
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    for lab in ("lab1_attention", "lab3_positional"):
+        (folder / f"{lab}.py").write_bytes((paths.SOLUTIONS / f"{lab}.py").read_bytes())
+    monkeypatch.chdir(folder)
+    out = tmp_path / "out"
+    assert main(["feedback", ".", "--out", str(out), "--public",
+                 "--lab", "lab1_attention", "--lab", "lab3_positional"]) == 0
+    page = (out / "feedback.html").read_text()
+    assert "<h1>Feedback for alice</h1>" in page
+    assert 'id="lab1_attention"' in page and 'id="lab3_positional"' in page
+    assert 'id="lab2_multihead"' not in page
+    spec = importlib.util.spec_from_file_location(
+        "suite_lab3", paths.SUITES / "public" / "test_lab3_positional.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    shown = dict(re.findall(r'data-test="(test_\w+)".*?<div class="desc">(.*?)</div>', page))
+    assert shown
+    for name, desc in shown.items():
+        fn = getattr(suite, name, None)
+        if fn is not None:
+            assert html.unescape(desc) == _first_paragraph(fn.__doc__), name
+    assert "Pictures show" not in page

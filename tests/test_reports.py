@@ -231,3 +231,60 @@ def test_results_json_stays_small_whatever_the_messages():
     assert sum(map(len, outputs)) + len(payload["output"]) <= REPORT_TEXT_CAP
     assert outputs[0].endswith("(cut off)")
     assert len(json.dumps(payload)) < 2 * REPORT_TEXT_CAP
+
+
+# --------------------------------------------------------------------------------------
+# a lab not handed in: one line, not a table of failures (#29)
+# --------------------------------------------------------------------------------------
+
+
+def _missing_labs_result(n_tests: int = 24) -> SubmissionResult:
+    """Lab 1 handed in, labs 2 and 3 missing (each with its tests, every one failed with the
+    lab's message, as the grader records them)."""
+    result = _made_up_result()
+    lab2 = result.lab("lab2_multihead")
+    lab2.tests = [CaseResult(lab=lab2.name, name=f"test_{i}", description="", visibility=v,
+                             max_score=1, passed=False, message=lab2.message)
+                  for i, v in enumerate(["public", "hidden"] * (n_tests // 2))]
+    lab3 = LabResult(name="lab3_positional", title="Positional encodings",
+                     file="lab3_positional.py", status="missing",
+                     message="lab3_positional.py was not found in the submission")
+    lab3.tests = [CaseResult(lab=lab3.name, name=f"test_{i}", description="",
+                             visibility="public", max_score=2, passed=False,
+                             message=lab3.message) for i in range(n_tests)]
+    result.labs.append(lab3)
+    return result
+
+
+def test_a_missing_lab_is_one_line_in_every_view():
+    import io
+    import re as _re
+
+    from rich.console import Console
+
+    from grader.outputs.gradescope import gradescope_payload
+    from grader.outputs.html import render_feedback_html
+    from grader.outputs.terminal import render_table
+
+    result = _missing_labs_result()
+    out = io.StringIO()
+    render_table(result, console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert text.count("was not found in the submission") == 2, text
+    assert "test_23" not in text                     # no rows of a missing lab
+    assert "lab2_multihead - Multi-head attention: 0/24: not handed in" in text
+    assert _re.search(r"Total: 2/78.5 .*handed in: lab1_attention \(1 of 3 labs\); "
+                      r"not handed in: lab2_multihead, lab3_positional", text), text
+
+    page = render_feedback_html(result)
+    assert page.count("was not found in the submission") == 2
+    assert 'data-test="test_23"' not in page
+    assert "not handed in: lab2_multihead, lab3_positional" in page
+
+    payload = gradescope_payload(result)
+    missing = [t for t in payload["tests"] if "lab2" in t["name"] or "lab3" in t["name"]]
+    assert [(t["name"], t["max_score"], t["score"]) for t in missing] == [
+        ("lab2_multihead: not handed in", 24, 0), ("lab3_positional: not handed in", 48, 0)]
+    assert all("was not found" in t["output"] for t in missing)
+    assert sum(t["max_score"] for t in payload["tests"]) == result.max_score
+    assert "not handed in: lab2_multihead, lab3_positional" in payload["output"]

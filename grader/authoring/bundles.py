@@ -30,6 +30,7 @@ from grader.autograder import TEMPLATES
 from grader.authoring.stubs import solution_regions, strip_solutions
 from grader.errors import BundleError
 from grader.outputs.atomic import atomic_open
+from grader.authoring.student_text import student_contract, student_stub
 from grader.rubric import load_rubric
 from grader.secret import SECRET_FILE, course_secret, secret_path
 
@@ -362,10 +363,15 @@ def build_release(out: str | Path, *, rubric_path: Path | None = None,
             _write(staging / "grader" / "suites" / "_expected.json",
                    json.dumps(expected, sort_keys=True) + "\n")
         for rel in _files_under(exercises):
-            _copy(exercises / rel, staging / "exercises" / rel)
+            if rel.suffix == ".py":     # a stub's first line speaks to the student
+                _write(staging / "exercises" / rel, student_stub(
+                    (exercises / rel).read_text(encoding="utf-8"), rel.name))
+            else:
+                _copy(exercises / rel, staging / "exercises" / rel)
         contract = course / "docs" / "LAB_CONTRACT.md"
-        if contract.is_file():
-            _copy(contract, staging / "docs" / "LAB_CONTRACT.md")
+        if contract.is_file():      # without the instructor notes
+            _write(staging / "docs" / "LAB_CONTRACT.md",
+                   student_contract(contract.read_text(encoding="utf-8")))
         _write(staging / "rubric.yaml", public_rubric_text(rubric_path))
         deps = course_dependencies()
         _write(staging / "pyproject.toml", pyproject_text(
@@ -400,12 +406,26 @@ def build_release(out: str | Path, *, rubric_path: Path | None = None,
     return out
 
 
+def _example_summary(rubric) -> str:
+    """A summary line ``grader check`` can print for the first lab: all but one of its
+    public tests passing (``grader.outputs.text.lab_summary``'s own words)."""
+    from grader.outputs.text import lab_summary
+    from grader.results import LabResult, TestResult
+
+    name, spec = next(iter(rubric.labs.items()))
+    public = [t for t, test in spec.tests.items() if test.visibility == "public"]
+    lab = LabResult(name=name, title=spec.title, file=spec.file, tests=[
+        TestResult(lab=name, name=t, description="", visibility="public", max_score=1,
+                   passed=i > 0) for i, t in enumerate(public)])
+    return lab_summary(lab)
+
+
 def _student_readme(rubric, title: str) -> str:
     from string import Template
 
     template = Template((TEMPLATES / "README.student.md").read_text(encoding="utf-8"))
     return template.safe_substitute(
-        title=title,
+        title=title, example=_example_summary(rubric),
         labs=", ".join(f"`{name}` ({lab.title})" for name, lab in rubric.labs.items()),
         files=", ".join(f"`{lab.file}`" for lab in rubric.labs.values()))
 

@@ -8,10 +8,10 @@ last lines are one summary per lab: ``lab1: 7/9 public tests pass``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from grader.cli.common import grade_submission
+from grader.outputs.text import lab_summary, short_name  # noqa: F401 - short_name: callers
 from grader.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -33,6 +33,20 @@ def holds_lab_files(folder: Path, rubric) -> bool:
                for f in files)
 
 
+def labs_in_folder(folder: Path, rubric) -> list[str]:
+    """The labs whose file or notebook (or a near miss of its name) ``folder`` holds, in
+    the rubric's order: what a student working on some labs asks a check of."""
+    from grader.intake.names import is_close
+
+    try:
+        files = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError:
+        return []
+    notebook = {lab: Path(spec.file).stem + ".ipynb" for lab, spec in rubric.labs.items()}
+    return [lab for lab, spec in rubric.labs.items()
+            if any(f in (spec.file, notebook[lab]) or is_close(f, spec.file) for f in files)]
+
+
 def lab_of_file(path: Path, rubric) -> str | None:
     """The lab whose file (or notebook) ``path`` is, else None."""
     for lab, spec in rubric.labs.items():
@@ -41,27 +55,10 @@ def lab_of_file(path: Path, rubric) -> str | None:
     return None
 
 
-def short_name(lab: str) -> str:
-    """``lab1_attention`` -> ``lab1`` (the lab's number is how students name it)."""
-    m = re.match(r"lab\d+", lab)
-    return m.group(0) if m else lab
-
-
-def lab_summary(lab) -> str:
-    """One line for a lab of a check: ``lab1: 7/9 public tests pass`` (and why, if not run)."""
-    passed = sum(t.passed for t in lab.tests)
-    line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
-    if lab.status != "graded" and lab.message:
-        from grader.intake.names import FILES_FOUND
-
-        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
-        line += f" ({why})"
-    return line
-
-
 def cmd_check(args) -> int:
     from grader import paths
     from grader.cli.common import labs_arg, load_rubric_arg
+    from grader.cli.common import waited_s
     from grader.outputs.terminal import render_table
 
     rubric = load_rubric_arg(args)
@@ -73,10 +70,14 @@ def cmd_check(args) -> int:
     else:
         here = Path.cwd()
         submission = here if holds_lab_files(here, rubric) else paths.EXERCISES
+    if labs is None and submission.is_dir() and submission != paths.EXERCISES:
+        # The labs whose files are here: a student checks the labs they work on, not a
+        # line per lab they have not started (grader grade still grades every lab).
+        labs = labs_in_folder(submission, rubric) or None
     print(f"Checking {submission.resolve() if submission.exists() else submission}"
           + (f" ({', '.join(labs)})" if labs else ""), flush=True)
     result = grade_submission(submission, rubric=rubric, labs=labs, visibility=("public",))
-    render_table(result)
+    render_table(result, waited_s=waited_s())
     failed = [t for lab in result.labs for t in lab.tests if not t.passed]
     if failed:
         print(f"{len(failed)} public test(s) failing. The hidden tests check more cases; "

@@ -8,12 +8,12 @@ from grader.cli.common import grade_submission
 
 
 def cmd_feedback(args) -> int:
-    from grader.cli.common import load_rubric_arg
+    from grader.cli.common import labs_arg, load_rubric_arg
     from grader.outputs.html import points_text, write_feedback_html
 
     visibility = ("public",) if args.public else ("public", "hidden")
     result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
-                              labs=[args.lab] if args.lab else None, visibility=visibility)
+                              labs=labs_arg(args.lab) or None, visibility=visibility)
     out = write_feedback_html(result, Path(args.out) / "feedback.html")
     failed = sum(1 for lab in result.labs for t in lab.tests if not t.passed)
     diagnosed = sum(1 for lab in result.labs for t in lab.tests if not t.passed and t.diagnosis)
@@ -27,6 +27,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("feedback", help="grade a submission and write an HTML feedback report")
     p.add_argument("submission", help="a folder of lab files (or one lab file)")
     p.add_argument("--out", required=True, help="folder for feedback.html")
-    p.add_argument("--lab", help="only this lab")
+    p.add_argument("--lab", action="append", metavar="LAB",
+                   help="only this lab, e.g. lab1_attention (repeat, or comma-separate)")
     p.add_argument("--public", action="store_true", help="only the public tests")
     p.set_defaults(func=cmd_feedback)

@@ -14,6 +14,7 @@ def cmd_grade(args) -> int:
     from grader.outputs.gradescope import write_gradescope
     from grader.outputs.html import write_feedback_html
     from grader.outputs.junit import junit_xml
+    from grader.cli.common import waited_s
     from grader.outputs.terminal import render_table
 
     result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
@@ -24,7 +25,7 @@ def cmd_grade(args) -> int:
         atomic_write_text(out / "results.xml", junit_xml(result))
     if args.html:
         write_feedback_html(result, out / "feedback.html")
-    render_table(result, show_passed=not args.failures_only)
+    render_table(result, show_passed=not args.failures_only, waited_s=waited_s())
     print(f"Wrote {out / 'results.json'}" + (f" and {out / 'feedback.html'}" if args.html else ""))
     return EXIT_OK
 

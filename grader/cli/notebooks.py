@@ -11,6 +11,13 @@ def cmd_notebooks(args) -> int:
     from grader import paths
     from grader.authoring.course_notebooks import course_drift, write_course
 
+    from grader.errors import UsageError
+
+    if not (paths.COURSE / "solutions").is_dir():
+        # A student kit: the notebooks are built from the solutions, which it does not hold.
+        raise UsageError(f"grader notebooks is for instructors: it builds the course's "
+                         f"notebooks from solutions/, which {paths.COURSE} does not have "
+                         f"(notebook classes get their notebooks from nbgrader's release)")
     out = Path(args.out) if args.out else paths.COURSE / "notebooks"
     kwargs = {"labs": [args.lab] if args.lab else None,
               "include_dependencies": args.include_dependencies}

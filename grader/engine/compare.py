@@ -16,10 +16,16 @@ import torch
 class Mismatch(AssertionError):
     """A check failed. ``str()`` is the public message; ``hidden`` the value-free one."""
 
-    def __init__(self, public: str, hidden: str | None = None):
+    def __init__(self, public: str, hidden: str | None = None, hint: str = ""):
         super().__init__(public)
         self.public = public
         self.hidden = hidden if hidden is not None else public
+        self.hint = hint        # the test's own guess at a cause (unchecked), if any
+
+    def without_hint(self, text: str) -> str:
+        """``text`` without the test's guessed cause: once a checked diagnosis names the
+        mistake, a guess that may contradict it is left out."""
+        return text.replace(f" Likely cause: {self.hint}", "") if self.hint else text
 
 
 def _axes_text(shape, axes) -> str:
@@ -195,6 +201,7 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
                 + (f" Likely cause: {hint}" if hint else ""),
                 f"{name}: {int(bad.sum())} of {bad.numel()} elements differ.{words}"
                 + (f" Likely cause: {hint}" if hint else ""),
+                hint=hint,
             )
         return
     finite = torch.isfinite(actual)
@@ -228,7 +235,7 @@ def assert_close(actual, expected: torch.Tensor, *, tol, name: str = "output",
     )
     hidden = (f"{name}: {n_bad} of {n} elements outside tolerance."
               f"{describe_difference(actual, expected, bad, axes, hidden=True)}{cause}")
-    raise Mismatch(public, hidden)
+    raise Mismatch(public, hidden, hint=hint)
 
 
 def assert_true(condition: bool, message: str, *, hidden: str | None = None) -> None:
@@ -280,3 +287,61 @@ def assert_work_grows_within(small, large, budget, *, name: str, factor: int,
         f"ms -> {large.cpu_s * 1e3:.0f} ms); {linear} work would take about {factor}x, "
         f"quadratic about {factor * factor}x (allowed: {budget.work_ratio:g}x). Something "
         "grows with the square of the length: an (L, L) product?")
+
+
+def _growth_words(small: tuple, large: tuple, what: str) -> str:
+    """What the growth of a figure between two lengths shows, only as far as it shows it."""
+    (n0, v0), (n1, v1) = small, large
+    factor = n1 / n0
+    if v0 <= 0:
+        return ""
+    grew = v1 / v0
+    text = f"; it grew {grew:.1f}x for {factor:g}x the length"
+    if grew >= 0.6 * factor * factor:
+        text += f" (as an ({what}, {what}) tensor grows: {factor * factor:g}x)"
+    elif grew <= 1.5 * factor:
+        text += f" (no faster than the length: {factor:g}x)"
+    return text
+
+
+def assert_memory_series_within(series, budget, *, name: str, big=None) -> None:
+    """``series``: [(length, ``student.measure`` result)], shortest first. The peak memory
+    above the inputs at each length is at most ``budget.memory_mb`` MiB scaled in
+    proportion to the length (the budget is for the longest): memory O(L) at every length
+    measured, not only at the longest. ``big(length)`` -> (bytes, words): the tensor whose
+    size a peak near it means was built (e.g. the (L, L) score matrix), for the message."""
+    for _, m in series:
+        _one_process(m, name)
+    longest = series[-1][0]
+    figures = "; ".join(f"L={n}: {m.peak_bytes / MIB:.1f} MB" for n, m in series)
+    for n, m in series:
+        limit = budget.memory_mb * MIB * n / longest
+        if m.peak_bytes <= limit:
+            continue
+        text = (f"{name}: peak memory above the inputs {figures} (measured by the grader in "
+                f"a fresh worker each, after a warm-up call); allowed at most "
+                f"{limit / MIB:.1f} MB at L={n} (O(L): {budget.memory_mb:g} MB at "
+                f"L={longest})")
+        if len(series) > 1:
+            text += _growth_words((series[0][0], series[0][1].peak_bytes),
+                                  (longest, series[-1][1].peak_bytes), "L")
+        if big is not None:
+            size, words = big(n)
+            if m.peak_bytes >= 0.9 * size:
+                text += f"; at L={n}, {words} alone is {size / MIB:.0f} MB: as much was held"
+        raise Mismatch(text + ". Keep only one block of it at a time.")
+
+
+def assert_work_within_reference(m, ref, budget, *, name: str, at: str) -> None:
+    """The CPU time of ``m`` is at most ``budget.reference_ratio`` times that of ``ref``,
+    the course's reference on the same input measured in a worker like the student's,
+    beside it (``student.measure(..., reference=True)``): the same machine, load and
+    limits, and nothing the student's code does at another size moves the yardstick."""
+    _one_process(m, name)
+    ratio = m.cpu_s / max(ref.cpu_s, 1e-3)
+    assert_true(
+        ratio <= budget.reference_ratio,
+        f"{name} at {at}: {m.cpu_s * 1e3:.0f} ms of CPU time, {ratio:.1f}x the "
+        f"{ref.cpu_s * 1e3:.0f} ms of the course's reference on the same input, measured "
+        f"beside it (allowed: {budget.reference_ratio:g}x): more work than the lesson's "
+        "algorithm does on this input")

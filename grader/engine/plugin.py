@@ -10,7 +10,9 @@ message fit for the test's visibility.
 from __future__ import annotations
 
 import builtins
+import inspect
 import zlib
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,8 +20,8 @@ import torch
 
 from grader.engine.compare import Mismatch
 from grader.rubric import Rubric
-from grader.secret import hidden_seed
-from grader.engine.student import Session, StudentError, StudentLab
+from grader.secret import hidden_seed, training_start_seed
+from grader.engine.student import MissingRaise, Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
@@ -48,9 +50,15 @@ def visibility_of(item) -> str:
     return item.path.parent.name
 
 
+def test_description(doc: str | None) -> str:
+    """A test's description: its docstring's first paragraph on one line (its first line
+    alone stops mid-sentence where the docstring wraps)."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+
+
 def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
     """What the student reads for a failed test; hidden tests never show values."""
-    if isinstance(exc, Mismatch):
+    if isinstance(exc, (Mismatch, MissingRaise)):
         text = exc.hidden if hidden else exc.public
     elif isinstance(exc, StudentError):
         text = exc.describe(hidden=hidden)
@@ -65,6 +73,9 @@ def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
     if stdout and not hidden:
         text += "\nYour code printed:\n" + stdout[:STDOUT_SHOWN]
     return text
+
+
+REPORT_PROPERTY = "report"   # a public test's user property: its message when it passes
 
 
 class GradingPlugin:
@@ -85,6 +96,8 @@ class GradingPlugin:
             return self._rubric_test(item).tolerance
         if name == "budget":
             return self._rubric_test(item).budget
+        if name == "training_start":
+            return self._training_start(lab_of(item))
         if self.secret and visibility_of(item) == "hidden":
             # This course's own inputs: a table leaked from another course scores nothing.
             return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
@@ -107,6 +120,20 @@ class GradingPlugin:
     @pytest.fixture
     def gen(self, request) -> torch.Generator:
         return self._value("gen", request.node)
+
+    @pytest.fixture
+    def training_start(self, request) -> int:
+        """The seed of the initial weights the grader gives the lab's training (lab 8):
+        one per grading of a lab file, from the course secret (grader.secret)."""
+        return self._value("training_start", request.node)
+
+    def _training_start(self, lab: str) -> int:
+        path = Path(self.session.submission_dir) / f"{lab}.py"
+        try:
+            source = path.read_bytes()
+        except OSError:
+            source = b""
+        return training_start_seed(self.secret, lab, source)
 
     # -- hooks ----------------------------------------------------------------------------
     def _rubric_test(self, item):
@@ -157,18 +184,21 @@ class GradingPlugin:
         report = outcome.get_result()
         if report.when == "call" or (report.when == "setup" and report.failed):
             hidden = visibility_of(item) == "hidden"
-            description = (item.function.__doc__ or "").strip().splitlines()[0:1]
-            description = description[0] if description else ""
+            description = test_description(item.function.__doc__)
             message, diagnosis, artifacts = "", "", []
             if report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
                                            stdout=self.session.last_stdout)
                 if report.when == "call":
                     diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
+                if diagnosis and isinstance(call.excinfo.value, Mismatch):
+                    message = call.excinfo.value.without_hint(message)
             elif report.skipped:
                 message = "the test was skipped, which counts as failed"
             elif report.passed and report.when == "call" and not hidden:
                 artifacts = self._passed_pictures(item)
+                # What the test reports on a pass (lab 8: the training's figures).
+                message = str(dict(item.user_properties).get(REPORT_PROPERTY, ""))[:2000]
             callspec = getattr(item, "callspec", None)
             self.outcomes.append(Outcome(
                 lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from grader import paths
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
-from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, protocol,
-                            usage, wire)
+from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
+                            protocol, usage, wire)
+from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
 
 
@@ -87,6 +89,15 @@ class StudentError(Exception):
             return f"{self.lab}.py could not be imported"
         name = self.type_name if self.type_name in SHOWN_EXCEPTIONS else "an exception"
         return f"your code raised {name}"
+
+
+class MissingRaise(AssertionError):
+    """``student.raises`` saw no exception of the type due. Its words hold nothing of the
+    test's inputs, so hidden tests show them too (``hidden``: without the place)."""
+
+    def __init__(self, public: str, hidden: str | None = None):
+        super().__init__(public)
+        self.public, self.hidden = public, hidden if hidden is not None else public
 
 
 class StudentTimeout(StudentError):
@@ -178,6 +189,7 @@ class Session:
     reference_workers: dict = field(default_factory=dict)
     reference_cpu_ns: int = 0
     measuring: bool = False
+    references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
 
     def __post_init__(self):
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
@@ -239,15 +251,23 @@ class Session:
         self.workers[lab] = worker
         return worker
 
-    def _spawn(self, lab: str) -> Worker:
-        """A new worker for ``lab`` (the caller keeps it, or kills it)."""
+    def _spawn(self, lab: str, *, reference: bool = False) -> Worker:
+        """A new worker for ``lab`` (the caller keeps it, or kills it); ``reference``: one
+        serving the course's reference file of the lab instead of the submission's (its
+        own imports of earlier labs are the reference's too)."""
         importable = self.importable.get(lab) or {}
         by_reference = bool(importable) and self.reference_dir is not None
+        if reference:
+            folder = self.reference_dir or self._reference_folder(lab)
+        else:
+            folder = self.submission_dir
         try:
-            worker = self.zygote.spawn(submission=self.submission_dir, lab=lab,
-                                       forbidden=list(self.forbidden.get(lab, ())),
+            worker = self.zygote.spawn(submission=folder, lab=lab,
+                                       forbidden=[] if reference
+                                       else list(self.forbidden.get(lab, ())),
                                        importable=importable,
-                                       answered_by="reference" if by_reference else "own")
+                                       answered_by="reference"
+                                       if by_reference and not reference else "own")
         except SandboxError as exc:
             # Not the student's doing: the test in flight fails at once, and the Grader
             # turns the whole submission into a grader fault (``fault``), never a score.
@@ -329,45 +349,77 @@ class Session:
                 f"{lab} is graded it gets the course's {other}, and your {other}.py is "
                 "graded on its own")
 
-    def measure(self, lab: str, req: dict) -> tuple[object, Measured]:
+    def measure(self, lab: str, req: dict, warmup: dict | None = None, *,
+                reference: bool = False) -> tuple[object, Measured]:
         """``req`` (a call or grad request) in a fresh worker of its own, measured from the
-        kernel's accounting (``grader.sandbox.usage``): (the reply's value, what the call
-        used above its inputs). Never sent ahead; recorded like every call."""
+        kernel's accounting (``grader.sandbox.usage``, ``grader.sandbox.memcg``): (the
+        reply's value, what the call used above its inputs). ``warmup``: a request run
+        first in the same worker (the same function at a small size), so that a library's
+        one-time cost (a lazy import, a first-call cache) is not the call's. ``reference``:
+        the course's reference answers instead, in a worker like the student's (its time
+        is the test's too); not recorded. Never sent ahead; recorded like every call."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)
-        worker = None
+        worker = setup = call = None
         try:
-            worker = self._spawn(lab)
+            worker = self._spawn(lab, reference=reference)
             # Calls into other labs are refused until it ends: a reference worker's work
             # would escape this measurement (and launder what the lab may not use).
             self.measuring = True
+            setup = memcg.group()
+            if setup is not None:
+                setup.add(worker.pid)       # what the import and the warm-up hold is read here
             self._exchange(worker, lab, protocol.stage_request(req))   # read the inputs
-            usage.reset_peak(worker.pid)
-            held = usage.reading(worker.pid)        # inputs held, the lab not imported yet
+            held = self._memory_now(worker, setup)   # inputs held, the lab not imported yet
             self._exchange(worker, lab, protocol.probe_request([]))     # import the lab
-            imported = usage.reading(worker.pid)
-            # Memory from before the import (what the module touches at import is the
-            # call's: an arena faulted in there and reused by the call is not free), CPU
-            # time from after it (the call's work only).
-            before = replace(held, cpu_ns=imported.cpu_ns)
+            imported = self._memory_now(worker, setup)
+            if warmup is not None:
+                self._exchange(worker, lab, warmup)
+            warmed = self._memory_now(worker, setup)
+            if setup is not None:
+                call = memcg.group()
+            if call is not None:
+                call.add(worker.pid)        # only what the call faults in from here counts
+            else:
+                usage.reset_peak(worker.pid)
+            before = usage.reading(worker.pid)
             value = self._exchange(worker, lab, protocol.run_staged_request())
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
+            call_peak = call.peak() if call is not None else used.peak_bytes
+            used = replace(used, peak_bytes=usage.charged(
+                imported=imported - held, kept_by_warmup=warmed - imported,
+                call_peak=call_peak))
         except StudentError as exc:
-            self._record(RecordedCall(lab, req, error=exc))
+            if reference and exc.kind != "timeout":   # the grader's fault, never a score
+                self.fault = self.fault or SandboxError(f"the reference {lab} failed: {exc}")
+            else:
+                self._record(RecordedCall(lab, req, error=exc))
             raise
         except OSError as exc:          # the worker's /proc went away: it is gone
             error = StudentError(kind="crash", lab=lab,
                                  message=f"the worker ended before it could be measured ({exc})")
-            self._record(RecordedCall(lab, req, error=error))
+            if reference:
+                self.fault = self.fault or SandboxError(f"the reference {lab} failed: {exc}")
+            else:
+                self._record(RecordedCall(lab, req, error=error))
             raise error from None
         finally:
             self.measuring = False
             if worker is not None:
                 worker.kill()
-        self._record(RecordedCall(lab, req, value=value, used=used))
+            for group in (setup, call):
+                if group is not None:
+                    group.remove()
+        if not reference:
+            self._record(RecordedCall(lab, req, value=value, used=used))
         return value, used
+
+    @staticmethod
+    def _memory_now(worker: Worker, group) -> int:
+        """Bytes the worker holds now: charged to its cgroup, or resident (the fallback)."""
+        return group.usage() if group is not None else usage.reading(worker.pid).resident
 
     def train(self, lab: str, req: dict) -> tuple[object, Measured]:
         """A train request (protocol "train"), answered once per submission: the first test
@@ -528,11 +580,23 @@ class Session:
                         f"{', '.join(names)} (a renamed or deleted definition?)")
         return None
 
+    def _reference_folder(self, lab: str) -> str:
+        """A private folder holding the course's reference file of ``lab`` alone, made once
+        per session: a worker serving it runs the reference in the same conditions as the
+        student's code (a resource test's yardstick, ``measure(reference=True)``)."""
+        if lab not in self.references:
+            source = (paths.SOLUTIONS / f"{lab}.py").read_bytes()
+            self.references[lab] = make_scratch({f"{lab}.py": source})
+        return self.references[lab].name
+
     def close(self) -> None:
         for worker in self.workers.values():
             worker.kill()
         self.workers.clear()
         self._end_reference_workers()
+        for scratch in self.references.values():
+            scratch.cleanup()
+        self.references.clear()
 
 
 @dataclass
@@ -593,24 +657,36 @@ class StudentLab:
         """``<lab>.<name>(*args, **kwargs)`` in the worker."""
         return self._request(protocol.call_request(name, args, kwargs, seed))
 
-    def measure(self, name: str, *args, seed: int = 0, **kwargs) -> "Measurement":
+    def measure(self, name, *args, seed: int = 0, warmup: tuple | None = None,
+                reference: bool = False, **kwargs) -> "Measurement":
         """``<lab>.<name>(*args, **kwargs)`` in a fresh worker of its own, measured by the
         grader from the kernel's accounting: the value, the peak memory above the inputs
-        (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``)."""
+        (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``). ``warmup``:
+        the positional arguments of a first, unmeasured call of the same function with the
+        same keywords (small inputs), so that one-time costs are not the call's.
+        ``name``: a function's name, or a module method (``ModuleHandle.measure``).
+        ``reference=True``: the course's reference measured the same way, in a worker like
+        the student's (the yardstick of a work test: the same machine, load and limits)."""
         req = protocol.call_request(name, args, kwargs, seed)
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
-        value, used = self._session.measure(self.lab, req)
+        first = None
+        if warmup is not None:
+            first = protocol.call_request(name, warmup, kwargs, seed)
+            _check_args(first["args"])
+        value, used = self._session.measure(self.lab, req, first, reference=reference)
         return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
                            other_processes=used.other_processes)
 
     def train(self, name: str, model_class: str, *args, seed: int = 0,
-              **kwargs) -> "Measurement":
-        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` and returns it
-        trained, run once per submission (every test asking the same gets the same reply):
-        ``value`` is the protocol's train reply (the weights before and after training,
-        the loss history), ``cpu_s`` the CPU time the call took (the kernel's figure)."""
-        req = protocol.train_request(name, model_class, args, kwargs, seed)
+              initial_state: dict | None = None, **kwargs) -> "Measurement":
+        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` (starting from
+        the grader's ``initial_state``) and returns it trained, run once per submission
+        (every test asking the same gets the same reply): ``value`` is the protocol's train
+        reply (the returned weights, the loss history), ``cpu_s`` the CPU time the call
+        took (the kernel's figure)."""
+        req = protocol.train_request(name, model_class, args, kwargs, seed,
+                                     initial_state=initial_state)
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
         value, used = self._session.train(self.lab, req)
@@ -639,11 +715,13 @@ class StudentLab:
                 return
             if exc.kind != "exception":
                 raise
-            raise AssertionError(
+            raise MissingRaise(
                 f"expected a {type_name}, but your code raised {exc.type_name}"
-                + (f" at {exc.where}" if exc.where else "")
+                + (f" at {exc.where}" if exc.where else ""),
+                hidden=f"expected a {type_name}, but your code raised "
+                       + (exc.type_name if exc.type_name in SHOWN_EXCEPTIONS else "another exception"),
             ) from None
-        raise AssertionError(f"expected a {type_name} to be raised, but the call returned normally")
+        raise MissingRaise(f"expected a {type_name} to be raised, but the call returned normally")
 
 
 class ModuleHandle:
@@ -690,6 +768,14 @@ class ModuleHandle:
 
     def __call__(self, *args, seed: int = 0, **kwargs):
         return self._lab._request(protocol.call_request(self._spec(), args, kwargs, seed))
+
+    def measure(self, name: str, *args, seed: int = 0, warmup: tuple | None = None,
+                reference: bool = False, **kwargs) -> "Measurement":
+        """``module.<name>(*args, **kwargs)`` measured as ``StudentLab.measure`` measures a
+        function (the module is built in the measured call: its weights count)."""
+        spec = {**self._spec(), "method": name}
+        return self._lab.measure(spec, *args, seed=seed, warmup=warmup,
+                                 reference=reference, **kwargs)
 
     def method(self, name: str, *args, seed: int = 0, **kwargs):
         """``module.<name>(*args, **kwargs)`` in the worker: a public method other than

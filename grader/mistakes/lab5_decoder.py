@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay
+from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay, Rule
 
 LAB = "lab5_decoder"
 
@@ -29,7 +29,10 @@ def layer_class(base, *, mask="bottom_right", cache="append", cat_dim=2):
     is_causal=past_kv is None).
     cache: "append" (right); "only_new" (attends over all, returns only the new k, v);
     "ignored" (neither attends over nor keeps the past); "not_appended" (attends over all,
-    returns the past unchanged). cat_dim: the axis the past and new k, v are joined on.
+    returns the past unchanged); "prepend" (the new k, v joined before the past ones);
+    "unprojected" (the cache holds norm1(x) split into heads, before the key/value
+    projections, and each call projects past and new together). cat_dim: the axis the past
+    and new k, v are joined on.
     """
 
     class WrongDecoderLayer(base):
@@ -42,7 +45,19 @@ def layer_class(base, *, mask="bottom_right", cache="append", cat_dim=2):
 
             q, k_new, v_new = heads(self.q_proj(h)), heads(self.k_proj(h)), heads(self.v_proj(h))
             k, v = k_new, v_new
-            if past_kv is not None and cache != "ignored":
+            if cache == "unprojected":
+                seen = heads(h) if past_kv is None else torch.cat([past_kv[0], heads(h)], dim=2)
+                t_seen = seen.size(2)
+                merged = seen.transpose(1, 2).reshape(batch, t_seen, d_model)
+
+                def seen_heads(t):
+                    return t.view(batch, t_seen, self.num_heads, self.d_head).transpose(1, 2)
+
+                k, v = seen_heads(self.k_proj(merged)), seen_heads(self.v_proj(merged))
+            elif past_kv is not None and cache == "prepend":
+                k = torch.cat([k_new, past_kv[0]], dim=2)
+                v = torch.cat([v_new, past_kv[1]], dim=2)
+            elif past_kv is not None and cache != "ignored":
                 k = torch.cat([past_kv[0], k_new], dim=cat_dim)
                 v = torch.cat([past_kv[1], v_new], dim=cat_dim)
             t_all = k.size(2)
@@ -64,6 +79,8 @@ def layer_class(base, *, mask="bottom_right", cache="append", cat_dim=2):
                 return y, (k_new, v_new)
             if cache == "not_appended" and past_kv is not None:
                 return y, (past_kv[0], past_kv[1])
+            if cache == "unprojected":
+                return y, (seen, seen)
             return y, (k, v)
 
     return WrongDecoderLayer
@@ -123,6 +140,20 @@ class ShapeCrashReplay(Replay):
         return super().matches(ctx)
 
 
+def value_error_missing(ctx) -> bool:
+    """The test failed waiting for a ValueError, and on the call it waited on the reference
+    raises ValueError where the student's code returned or raised something else (such as
+    pos_emb's IndexError past its table)."""
+    if not isinstance(ctx.exc, AssertionError) or "expected a ValueError" not in str(ctx.exc):
+        return False
+    for call in reversed(ctx.calls):
+        if call.error is not None and "ValueError" in call.error.mro:
+            continue                    # refused as it should: not the call the test waits on
+        ref = ctx.reference(call)
+        return not ref.ok and isinstance(ref.error, ValueError)
+    return False
+
+
 def mistakes():
     ref = Impl(LAB).reference
     lm, layer = ref.DecoderLM, ref.DecoderLayer
@@ -168,11 +199,30 @@ def mistakes():
                     "concatenation torch.cat([past_k, k], dim=2) (and the same for v), not "
                     "the past_kv that came in, so the next step sees this token too",
                variants=[wrong_layer(cache="not_appended")]),
+        Replay(id="cache_prepended", name="new keys put before the cached ones",
+               hint="the cache is in position order: k_all = torch.cat([past_k, k], dim=2), "
+                    "the T_past cached keys first and this call's keys after them (the same "
+                    "for v); torch.cat([k, past_k]) puts the newest position first, so the "
+                    "mask and the next call's positions no longer match the keys",
+               variants=[wrong_layer(cache="prepend")]),
+        Replay(id="cache_before_projection", name="the cache holds inputs, not keys and values",
+               hint="cache what k_proj and v_proj return, split into heads: the past_kv "
+                    "given to DecoderLayer are keys and values (B, num_heads, T_past, d_head), "
+                    "to be joined with this call's projected k, v as they are; caching "
+                    "norm1(x) and projecting it again on every call returns the wrong cache "
+                    "and treats a given cache as inputs",
+               variants=[wrong_layer(cache="unprojected")]),
         ShapeCrashReplay(id="cache_wrong_axis", name="cache concatenated on the wrong axis",
                hint="keys and values are (B, num_heads, T, d_head): the sequence axis is "
                     "dim 2 (or -2), so join past and new with torch.cat([past_k, k], dim=2); "
                     "dim=1 joins the heads",
                variants=[wrong_layer(cat_dim=1), wrong_layer(cat_dim=-1),
                          wrong_layer(cat_dim=0)]),
+        Rule(id="step_max_len_unchecked", name="too long a sequence not refused",
+             hint="forward, forward_step and generate must each check the total length "
+                  "first (forward_step: the cache's T_past plus T_new) and raise a ValueError "
+                  "past max_len, before pos_emb is indexed; an embedding lookup past its "
+                  "table raises IndexError instead",
+             predicate=value_error_missing),
         DETACHED,
     ]

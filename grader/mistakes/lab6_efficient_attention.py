@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import torch
 import torch.nn.functional as F
 
-from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay
+from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay, Rule
 
 LAB = "lab6_efficient_attention"
 
@@ -129,6 +130,38 @@ def quadratic(q, k, v, causal=False, eps=1e-6, *, phi="elu_plus_one", exclusive=
     return (weights / (weights.sum(dim=-1, keepdim=True) + eps)) @ v
 
 
+# What torch's allocator (or the C++ runtime) says when the sandbox's memory limit refuses
+# an allocation; the size, where given, is checked against an (L, L) matrix.
+_OUT_OF_MEMORY = re.compile(r"not enough memory|can't allocate|cannot allocate|out of memory|"
+                            r"bad_alloc|MemoryError", re.IGNORECASE)
+_ASKED_BYTES = re.compile(r"allocate (\d+) bytes")
+LINEAR_MEMORY = ("linear_attention", "chunked_attention", "sliding_window_attention")
+
+
+def quadratic_memory(ctx) -> bool:
+    """A function that must stay linear in L ran out of memory on a long input, where an
+    (L, L) matrix no longer fits, while its answers on the shorter inputs of the same test
+    are the reference's: the values are right, the (L, L) matrix is the mistake. (Tried
+    first, and cheap when nothing ran out of memory: the other mistakes' replays of the
+    long input would spend the diagnosis's time.)"""
+    own = [c for c in ctx.calls if c.req.get("target") in LINEAR_MEMORY]
+    failed = [c for c in own if c.error is not None]
+    if not failed or len(failed) == len(own):
+        return False
+    for call in failed:
+        message = call.error.message or ""
+        if not (_OUT_OF_MEMORY.search(message) or "MemoryError" in call.error.mro):
+            return False
+        args = call.req.get("args") or []
+        if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() < 2:
+            return False
+        length = int(args[0].shape[-2])
+        asked = _ASKED_BYTES.search(message)
+        if asked and int(asked.group(1)) < length * length:
+            return False                # a smaller allocation failed: not an (L, L) matrix
+    return all(ctx.matches_reference(c) for c in own if c.error is None)
+
+
 def mistakes():
     def impl(**overrides):
         return Impl(LAB, overrides)
@@ -146,6 +179,12 @@ def mistakes():
                     linear_attention_quadratic=functools.partial(quadratic, phi=phi))
 
     return [
+        Rule(id="quadratic_memory", name="an (L, L) matrix built where memory must stay linear",
+             hint="your values are right at shorter lengths, but at the long one the call ran "
+                  "out of memory, as an (L, L) matrix does (gigabytes at tens of thousands of "
+                  "positions); linear attention computes phi(q) (phi(k)^T v), a (d, d_v) state, never "
+                  "phi(q) phi(k)^T; causal: prefix sums of the state, carried block by block",
+             predicate=quadratic_memory),
         FLOAT32_CAST,
         FLOAT32_PRECISION,
         Replay(id="online_softmax_no_rescale", name="online softmax not rescaled",

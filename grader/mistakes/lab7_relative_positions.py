@@ -34,18 +34,21 @@ def frequencies(d_head, base=10000.0, dtype=torch.float32, *, exponent="2i"):
     return torch.pow(float(base), -EXPONENTS[exponent] * i / d_head).to(dtype)
 
 
-def rope(x, positions, base=10000.0, *, pairing="interleaved", exponent="2i", angles_in="x"):
+def rope(x, positions, base=10000.0, *, pairing="interleaved", exponent="2i", angles_in="x",
+         direction=1.0):
     """apply_rope; pairing "rotate_half": feature i is paired with i + d_head / 2 (the
     GPT-NeoX / Hugging Face layout) instead of 2i with 2i + 1. angles_in "float32": theta
     and the angles in float32 whatever x's dtype (rope_frequencies called without dtype=),
     the products with x promoted back to x's dtype; "float32_all": the whole rotation in
-    float32, cast back at the end (x.float() ... .type_as(x), as LLaMA's code writes it)."""
+    float32, cast back at the end (x.float() ... .type_as(x), as LLaMA's code writes it).
+    direction -1: each pair rotated by -angle (the signs of the sin terms swapped)."""
     if angles_in == "float32_all" and x.dtype != torch.float32:
-        return rope(x.float(), positions, base, pairing=pairing, exponent=exponent).to(x.dtype)
+        return rope(x.float(), positions, base, pairing=pairing, exponent=exponent,
+                    direction=direction).to(x.dtype)
     dtype = torch.float32 if angles_in == "float32" else x.dtype
     theta = frequencies(x.size(-1), base, dtype=dtype, exponent=exponent)
     angles = positions.to(dtype).unsqueeze(-1) * theta
-    cos, sin = torch.cos(angles), torch.sin(angles)
+    cos, sin = torch.cos(angles), direction * torch.sin(angles)
     if pairing == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
@@ -54,10 +57,11 @@ def rope(x, positions, base=10000.0, *, pairing="interleaved", exponent="2i", an
     return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
 
 
-def scores(q, k, q_positions, k_positions, base=10000.0, **switches):
-    """rope_scores from the ``rope`` above."""
+def scores(q, k, q_positions, k_positions, base=10000.0, *, scaled=True, **switches):
+    """rope_scores from the ``rope`` above; scaled False: not divided by sqrt(d_head)."""
     q_rot, k_rot = rope(q, q_positions, base, **switches), rope(k, k_positions, base, **switches)
-    return q_rot @ k_rot.transpose(-2, -1) / math.sqrt(q.size(-1))
+    dots = q_rot @ k_rot.transpose(-2, -1)
+    return dots / math.sqrt(q.size(-1)) if scaled else dots
 
 
 def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, **rope_switches):
@@ -171,6 +175,15 @@ def mistakes():
                     "and Hugging Face) is another convention: take x[..., 0::2] and "
                     "x[..., 1::2] and put the rotated pairs back interleaved",
                variants=rope_variants(pairing="rotate_half")),
+        Replay(id="rope_rotation_reversed", name="RoPE rotates the wrong way",
+               hint="each pair turns by +position * theta_i: out[2i] = x[2i] cos - x[2i+1] sin, "
+                    "out[2i+1] = x[2i] sin + x[2i+1] cos; with the signs of the sin terms "
+                    "swapped every pair turns by -angle (the transpose of the rotation)",
+               variants=rope_variants(direction=-1.0)),
+        Replay(id="rope_scores_unscaled", name="RoPE scores not scaled",
+               hint="rope_scores is a scaled dot product like lab 1's: divide the rotated "
+                    "q_rot @ k_rot^T by sqrt(d_head) (math.sqrt(q.size(-1)))",
+               variants=[impl(rope_scores=functools.partial(scores, scaled=False))]),
         Replay(id="rope_frequencies_exponent", name="RoPE frequencies with the wrong exponent",
                hint="theta_i = base ** (-2i / d_head) for pair i = 0 .. d_head/2 - 1: the "
                     "exponent is the even feature index 2i (torch.arange(0, d_head, 2)) over "

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_write_text
-from grader.outputs.text import capped, diagnosis_name, shared_causes
+from grader.outputs.text import (capped, diagnosis_name, handed_in_text, missing_lab_line,
+                                 not_handed_in, shared_causes)
 from grader.results import LabResult, SubmissionResult, TestResult
 
 # How a rubric visibility maps to Gradescope's: hidden tests appear after grades are published.
@@ -33,6 +34,13 @@ def gradescope_payload(result: SubmissionResult) -> dict:
     """Gradescope's results.json (top-level score, tests[] with per-test fields)."""
     tests = []
     for lab in result.labs:
+        if not_handed_in(lab):      # one entry for the lab, its points all in it
+            tests.append({"name": f"{lab.name}: not handed in", "name_format": "text",
+                          "score": round(lab.score, 4), "max_score": round(lab.max_score, 4),
+                          "status": "failed", "visibility": "visible",
+                          "output": capped(missing_lab_line(lab), TEST_OUTPUT_CAP),
+                          "output_format": "text", "tags": [lab.name]})
+            continue
         holders = _hint_holders(lab)
         for t in lab.tests:
             tests.append({
@@ -46,7 +54,11 @@ def gradescope_payload(result: SubmissionResult) -> dict:
                 "output_format": "text",
                 "tags": [lab.name],
             })
-    notes = [f"{lab.file}: {lab.message}" for lab in result.labs if lab.message]
+    notes = [f"{lab.file}: {lab.message}" for lab in result.labs
+             if lab.message and not not_handed_in(lab)]
+    covered = handed_in_text(result)
+    if covered:
+        notes.append(covered[0].upper() + covered[1:])
     # The whole report stays small whatever the submission did: the tests' outputs first,
     # each cut to what is left of the budget, then the notes.
     budget = REPORT_TEXT_CAP
@@ -98,7 +110,7 @@ def _hint_holders(lab: LabResult) -> dict[str, tuple[TestResult, int]]:
 
 def _output_text(t: TestResult, lab: LabResult, holders: dict) -> str:
     lines = [t.description] if t.description else []
-    if not t.passed and t.message:
+    if t.message:       # a passed test's too: what it reports (lab 8's training figures)
         lines.append(t.message)
     if not t.passed and t.diagnosis:
         holder, count = holders.get(t.diagnosis, (t, 1))

@@ -25,7 +25,8 @@ import struct
 from pathlib import Path
 
 from grader.outputs.atomic import atomic_write_text
-from grader.outputs.text import Cause, cause_of, shared_causes
+from grader.outputs.text import (Cause, cause_of, handed_in_text, missing_lab_line,
+                                 not_handed_in, shared_causes)
 from grader.results import LabResult, SubmissionResult, TestResult
 
 CSS = """
@@ -261,6 +262,8 @@ def _test_rows(t: TestResult, causes: list[Cause], lab: LabResult) -> str:
     badge = '<span class="visibility">hidden</span>' if hidden else ""
     desc = f'<div class="desc">{_e(t.description)}</div>' if t.description else ""
     details, pictures = [], []
+    if t.passed and t.message and not hidden:   # what a passed test reports (lab 8's training)
+        details.append(f'<pre class="message report">{_e(t.message)}</pre>')
     if not t.passed:
         if t.message:
             details.append(f'<pre class="message">{_e(t.message)}</pre>')
@@ -342,6 +345,9 @@ def render_feedback_html(result: SubmissionResult) -> str:
         f'<p class="total">Total: <strong>{points_text(result.score)} / '
         f"{points_text(result.max_score)}</strong></p>",
     ]
+    covered = handed_in_text(result)
+    if covered:
+        parts.append(f'<p class="handed-in">{_e(covered[0].upper() + covered[1:])}</p>')
     if result.status != "ok":
         parts.append(f'<p class="lab-message">{_e(result.status)}</p>')
     if result.notes:
@@ -355,6 +361,10 @@ def render_feedback_html(result: SubmissionResult) -> str:
         parts.append(f"<h2>{_e(_lab_title(lab))}: {points_text(lab.score)} / "
                      f"{points_text(lab.max_score)}</h2>")
         parts.append(_lab_nav(result.labs, i))
+        if not_handed_in(lab):      # one line, not a row per test of a file that is not there
+            parts.append(f'<p class="lab-message missing">{_e(missing_lab_line(lab))}</p>'
+                         "</section>")
+            continue
         if lab.message:
             parts.append(f'<p class="lab-message"><code>{_e(lab.file)}</code>: {_e(lab.message)}</p>')
         parts.append(_causes_html(lab, causes))
@@ -362,12 +372,15 @@ def render_feedback_html(result: SubmissionResult) -> str:
                      "<th>points</th><th>what happened</th></tr></thead><tbody>")
         parts.extend(_test_rows(t, causes, lab) for t in lab.tests)
         parts.append("</tbody></table></section>")
+    # The pictures are explained only where the page has some (not every failure has one).
+    pictured = any('class="picture' in p for p in parts)
     parts.append(
         "<footer>A <em>diagnosis</em> names a classic mistake: the grader ran that mistake on "
         "the same inputs and it reproduced what your code returned. A mistake seen in several "
-        "tests of a lab is explained once, at the top of the lab. Pictures show, for failed "
-        "public tests, one slice of your result beside the expected one. Hidden tests show "
-        "no values.</footer>")
+        "tests of a lab is explained once, at the top of the lab. "
+        + ("Pictures show, for some failed public tests, one slice of your result beside the "
+           "expected one. " if pictured else "")
+        + "Hidden tests show no values.</footer>")
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p) + "\n"
 

@@ -3,24 +3,43 @@ diagnosis that several failed tests of a lab share is printed once, above its ta
 
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from grader.outputs.text import cause_of, shared_causes
+from grader.outputs.text import (cause_of, handed_in_text, missing_lab_line, not_handed_in,
+                                 shared_causes)
 from grader.results import SubmissionResult
 
 
-def render_table(result: SubmissionResult, *, console=None, show_passed: bool = True) -> None:
-    """A terminal table per lab and test (rich), with failure messages under each failure."""
+LOG_WIDTH = 200     # columns when printing to a log or a pipe: test names are never cut
 
-    console = console or Console()
+
+def _sized() -> bool:
+    """The output has a width of its own: a terminal, or COLUMNS set (rich reads it);
+    otherwise rich assumes 80 columns and cuts long test names."""
+    return bool(os.environ.get("COLUMNS")) or sys.stdout.isatty()
+
+
+def render_table(result: SubmissionResult, *, console=None, show_passed: bool = True,
+                 waited_s: float | None = None) -> None:
+    """A terminal table per lab and test (rich), with failure messages under each failure.
+    The Total line's time is ``waited_s`` (the command's wall time so far) where given,
+    else the grading's own execution time."""
+
+    console = console or Console(width=None if _sized() else LOG_WIDTH)
     for lab in result.labs:
+        if not_handed_in(lab):      # one line, not a row per test of a file that is not there
+            console.print(missing_lab_line(lab), markup=False, highlight=False)
+            continue
         causes = shared_causes(lab)
         heading = f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g}"
         table = Table(title=None if causes else heading, title_justify="left", expand=False,
                       show_lines=False)
-        table.add_column("test")
+        table.add_column("test", no_wrap=True)
         table.add_column("result")
         table.add_column("points", justify="right")
         table.add_column("why", overflow="fold", max_width=90)
@@ -37,11 +56,12 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
             cause = cause_of(t, causes)
             diagnosis = cause.reference() if cause else (
                 f"Diagnosis: {t.diagnosis}" if t.diagnosis else "")
-            why = "" if t.passed else "\n".join(x for x in (t.message, diagnosis) if x)
+            why = t.message if t.passed else "\n".join(x for x in (t.message, diagnosis) if x)
             name = t.name + (" (hidden)" if t.visibility == "hidden" else "")
             table.add_row(name, mark, f"{t.score:g}/{t.max_score:g}", escape(why))
         console.print(table)
+    covered = handed_in_text(result)
     console.print(f"[bold]Total: {result.score:g}/{result.max_score:g}[/bold]"
-                  f"  ({result.execution_time:.2f} s)")
+                  f"  ({result.execution_time if waited_s is None else waited_s:.2f} s)" + (f"  {escape(covered)}" if covered else ""))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grader.results import LabResult, TestResult
+from grader.results import LabResult, SubmissionResult, TestResult
 
 # C0/C1 control characters except tab and newline, DEL, lone surrogates, and the two code
 # points XML 1.0 forbids outright.
@@ -36,6 +36,57 @@ def failure_text(test: TestResult) -> str:
     if test.diagnosis:
         lines.append(f"Diagnosis: {test.diagnosis}")
     return printable("\n".join(lines))
+
+
+# ------------------------------------------------------------------------------------------
+# a check's one line per lab
+# ------------------------------------------------------------------------------------------
+
+
+def short_name(lab: str) -> str:
+    """``lab1_attention`` -> ``lab1`` (the lab's number is how students name it)."""
+    m = re.match(r"lab\d+", lab)
+    return m.group(0) if m else lab
+
+
+def lab_summary(lab: LabResult) -> str:
+    """One line for a lab of a check: ``lab1: 7/9 public tests pass`` (and why, if not run).
+    The student kit's README shows one, made by this function from the rubric."""
+    passed = sum(t.passed for t in lab.tests)
+    line = f"{short_name(lab.name)}: {passed}/{len(lab.tests)} public tests pass"
+    if lab.status != "graded" and lab.message:
+        from grader.intake.names import FILES_FOUND
+
+        why = lab.message.splitlines()[0].split(f" {FILES_FOUND}")[0]   # the table lists them
+        line += f" ({why})"
+    return line
+
+
+# ------------------------------------------------------------------------------------------
+# labs not handed in: one line each, not a table of failures
+# ------------------------------------------------------------------------------------------
+
+
+def not_handed_in(lab: LabResult) -> bool:
+    """The lab's file is not in the submission: every test failed for that one reason."""
+    return lab.status == "missing"
+
+
+def missing_lab_line(lab: LabResult) -> str:
+    """"<lab> - <title>: 0/<max>: not handed in (<why>)"."""
+    title = f"{lab.name} - {lab.title}" if lab.title else lab.name
+    return (f"{title}: {lab.score:g}/{lab.max_score:g}: not handed in"
+            + (f" ({lab.message})" if lab.message else ""))
+
+
+def handed_in_text(result: SubmissionResult) -> str:
+    """Which labs the totals cover, where some were not handed in ("" when all were)."""
+    gone = [lab.name for lab in result.labs if not_handed_in(lab)]
+    if not gone:
+        return ""
+    here = [lab.name for lab in result.labs if not not_handed_in(lab)]
+    return (f"handed in: {', '.join(here) or 'none'} ({len(here)} of {len(result.labs)} "
+            f"labs); not handed in: {', '.join(gone)}")
 
 
 # ------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from grader.sandbox import wire
+from grader.sandbox import usage, wire
 from grader.sandbox.jail import children_of
 
 
@@ -35,6 +35,9 @@ class WorkerTimeout(Exception):
 class WorkerDied(Exception):
     """The worker exited or broke the protocol during a call; it was killed."""
 
+
+
+LOAD_STRETCH_MAX = 3.0    # a limit stretched by load to at most 4x its wall time
 
 
 @dataclass
@@ -64,6 +67,12 @@ class Worker:
     # Answers the worker's calls into other labs (protocol "Callbacks"): request -> value;
     # raises to refuse. None: this worker is provided no other lab.
     on_callback: Callable[[dict], object] | None = None
+    # A reply's wall-clock limit follows the CPU the machine gave the worker: the time its
+    # threads waited, runnable, for a CPU (load) is added to the deadline, up to
+    # LOAD_STRETCH_MAX times the limit; only the worker's own time can run it out.
+    _granted_s: float = 0.0
+    _delay_at: int = 0
+    _stretch_cap_s: float = 0.0
 
     def __post_init__(self):
         # All I/O is non-blocking and waits in ``_wait``, which also feeds the worker the
@@ -96,6 +105,8 @@ class Worker:
         if self.pending <= 0:
             raise RuntimeError("no request is waiting for a reply")
         deadline = time.monotonic() + timeout_s
+        self._granted_s, self._delay_at = 0.0, usage.run_delay_ns(self.pid)
+        self._stretch_cap_s = LOAD_STRETCH_MAX * timeout_s
         try:
             # The whole reply must arrive by the deadline, however the worker trickles it,
             # and whatever it asks of other labs on the way (each answered at once).
@@ -163,7 +174,11 @@ class Worker:
 
     def _wait(self, deadline: float) -> None:
         """Until the socket is readable (or the deadline passes), feeding the worker."""
-        remaining = deadline - time.monotonic()
+        remaining = deadline + self._granted_s - time.monotonic()
+        if remaining <= 0:
+            waited = (usage.run_delay_ns(self.pid) - self._delay_at) / 1e9
+            self._granted_s = min(self._stretch_cap_s, max(self._granted_s, waited))
+            remaining = deadline + self._granted_s - time.monotonic()
         if remaining <= 0:
             raise socket.timeout("deadline passed while reading a reply")
         poller = select.poll()

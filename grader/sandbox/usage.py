@@ -5,7 +5,12 @@ the worker and could report whatever it liked, but it cannot change what the ker
 for its process. ``Usage`` is one reading; ``measured(before, after)`` the difference over a
 call.
 
-- memory: the resident set's high-water mark (``VmHWM``). Before a measured call the grader
+- memory, where the platform has a memory cgroup (``grader.sandbox.memcg``): the peak of a
+  fresh cgroup the worker is moved into just before the call, which counts only the pages the
+  call itself faults in, so nothing the call drops (library pages, ``munmap``) lowers it.
+  ``charged`` adds what the lab's import left held and what its warm-up call kept beyond
+  ``WARMUP_ALLOWANCE`` (see there).
+- memory elsewhere (the fallback): the resident set's high-water mark (``VmHWM``). Before a measured call the grader
   resets it to the current resident size (writing 5 to ``/proc/<pid>/clear_refs``; the
   worker's own ``/proc`` is mounted read-only, so student code cannot reset it again during
   the call). Where the reset is not allowed (a plain-mode worker of another user), the mark
@@ -78,6 +83,24 @@ def _threads_cpu_ns(pid: int) -> int:
     return total
 
 
+def run_delay_ns(pid: int) -> int:
+    """Nanoseconds the worker's threads spent runnable but waiting for a CPU (the second
+    field of ``schedstat``): time the machine's load took from it, never its own doing (a
+    sleeping or blocked thread is not runnable). 0 where unreadable."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def reading(pid: int) -> Usage:
     """The worker's accounting now. OSError if the process is gone."""
     status = _status(pid)
@@ -98,6 +121,22 @@ def reset_peak(pid: int) -> bool:
         return True
     except OSError:
         return False
+
+
+MIB = 1 << 20
+# What a function's first call may leave held without charge: one-time costs of the
+# libraries it uses (torch.broadcast_shapes' first call imports sympy and torch's symbolic
+# shapes: +35 MB, measured). Below the smallest thing a resource test looks for (a 64 MB
+# (4096, 4096) float32 score matrix), so an arena kept from the first call cannot hold it.
+WARMUP_ALLOWANCE = 48 * MIB
+
+
+def charged(*, imported: int, kept_by_warmup: int, call_peak: int) -> int:
+    """The bytes a measured call is charged: what the lab's own import left held (an arena
+    the call reuses is the call's), what its warm-up call kept beyond the allowance, and the
+    call's own peak above what was held before it."""
+    return (max(0, imported) + max(0, kept_by_warmup - WARMUP_ALLOWANCE)
+            + max(0, call_peak))
 
 
 def measured(before: Usage, after: Usage, *, children_alive: bool) -> Measured:

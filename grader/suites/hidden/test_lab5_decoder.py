@@ -5,7 +5,7 @@ layer, greedy generation in a batch, max_len errors, dropout, float64 and gradie
 import torch
 import pytest  # noqa: F401
 
-from grader.engine.compare import assert_close, assert_true
+from grader.engine.compare import assert_close, assert_true, assert_work_within_reference
 from grader.suites._inputs import (
     decoder_cache_reference,
     decoder_layer_grads,
@@ -189,3 +189,30 @@ def test_layer_gradients_match_reference(student, tol, gen):
                 hidden="some parameters got no gradient, or unexpected ones did")
     for name, grad in param_grads.items():
         assert_close(g.param_grads[name], grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
+
+
+GEN_CFG = (64, 128, 4, 512, 2, 160)   # vocab, d_model, heads, d_ff, layers, max_len
+GEN_NEW = 128                         # new tokens
+
+
+def test_generate_work_per_new_token(student, gen, budget):
+    """generate(prompt (2, 8), 128) on a DecoderLM of d_model 128: each new token costs one
+    step over the cache (O(1) tokens through the layers), so the whole call costs about what
+    the course's reference costs on the same model and prompt, measured beside it by the
+    grader (CPU time, after a warm-up call of 2 new tokens); running the whole sequence
+    again at every step costs ~T/2 tokens a step instead."""
+    sd = decoder_lm_weights(gen, GEN_CFG)
+    prompt = random_tokens(gen, GEN_CFG[0], 2, 8)
+    lm = student.module("DecoderLM", *GEN_CFG)
+    lm.load_state_dict(sd)
+    m = lm.measure("generate", prompt, GEN_NEW, warmup=(prompt, 2))
+    ref = lm.measure("generate", prompt, GEN_NEW, warmup=(prompt, 2), reference=True)
+    assert_true(isinstance(m.value, torch.Tensor) and tuple(m.value.shape) == (2, 8 + GEN_NEW)
+                and m.value.dtype == torch.int64,
+                f"generate(prompt (2, 8), {GEN_NEW}) must return a long tensor of shape "
+                f"(2, {8 + GEN_NEW})")
+    assert_true(torch.equal(m.value, ref.value),
+                "the generated tokens differ from greedy decoding by the course's reference "
+                "on the same weights")
+    assert_work_within_reference(m, ref, budget, name=f"generate({GEN_NEW} new tokens)",
+                                 at="d_model 128, prompt (2, 8)")

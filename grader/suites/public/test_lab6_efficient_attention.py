@@ -15,7 +15,7 @@ import pytest  # noqa: F401
 import torch
 import torch.nn.functional as F
 
-from grader.engine.compare import assert_close, assert_memory_within, assert_true
+from grader.engine.compare import assert_close, assert_memory_series_within, assert_true
 from grader.suites._inputs import (
     band_mask,
     chunked_reference,
@@ -103,19 +103,23 @@ def test_score_matrix_max_len_answers_the_budget_question(student):
                     "bytes <= budget); return the largest L that fits")
 
 
-MEMORY_LENGTHS = (1024, 4096)                # the last one is judged; both are plotted
+MEMORY_LENGTHS = (2048, 4096)    # both judged, each in proportion to its length (O(L))
 MEMORY_D = 16           # the (L, L) matrix is the same 64 MB at any d; a small d costs less
 
 
 def test_chunked_attention_memory_stays_linear(student, tol, budget):
-    """At L = 4096, d = 16, chunked_attention (chunk_size=128) holds far less than the 64 MB
-    (L, L) float32 score matrix at any moment: its peak memory above the inputs, measured
-    by the grader from outside your code, stays within the rubric's budget."""
+    """At L = 2048 and 4096, d = 16, chunked_attention (chunk_size=128) holds far less than
+    the (L, L) float32 score matrix (16 and 64 MB) at any moment: its peak memory above the
+    inputs, measured by the grader from outside your code after one small warm-up call
+    (a library's one-time costs are not yours), stays within the rubric's budget scaled in
+    proportion to the length."""
     # Fresh inputs every run: nothing computed ahead (at import, say) can stand in for the call.
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    small = tuple(torch.randn(1, 64, MEMORY_D, generator=gen) for _ in range(3))
+    series = []
     for length in MEMORY_LENGTHS:
         q, k, v = (torch.randn(1, length, MEMORY_D, generator=gen) for _ in range(3))
-        m = student.measure("chunked_attention", q, k, v, chunk_size=128)
+        m = student.measure("chunked_attention", q, k, v, chunk_size=128, warmup=small)
         # The value must be right too: 256 rows drawn after the call (a call that computes
         # only some rows cannot know which), against PyTorch's fused attention.
         rows = torch.randperm(length, generator=gen)[:256].sort().values
@@ -125,6 +129,7 @@ def test_chunked_attention_memory_stays_linear(student, tol, budget):
             value = value[:, rows]
         assert_close(value, exp.float(), tol=tol, name=f"output (256 rows drawn at random) "
                      f"at L={length}", axes=O_AXES)
-    assert_memory_within(m, budget, name=f"chunked_attention at L={length}",
-                         big_bytes=length * length * 4,
-                         big_what=f"the ({length}, {length}) float32 score matrix")
+        series.append((length, m))
+    assert_memory_series_within(
+        series, budget, name="chunked_attention",
+        big=lambda n: (n * n * 4, f"the ({n}, {n}) float32 score matrix"))

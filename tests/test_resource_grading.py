@@ -1,0 +1,164 @@
+"""Resource grading that the student's code cannot move (issue #26).
+
+Each case is a fixture submission (tests/fixtures/submissions/) graded as ``grader grade``
+grades it; the assertions are on the lab report: which tests fail, and what their
+messages say was measured.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import grade, make_submission
+
+LAB5, LAB6 = "lab5_decoder", "lab6_efficient_attention"
+CHUNKED_MEMORY = "test_chunked_attention_memory_stays_linear"
+
+
+@pytest.fixture(scope="module")
+def report(rubric, zygote, tmp_path_factory):
+    """report(fixture, lab, visibility) -> {test name: (passed, message)}, graded once."""
+    done = {}
+
+    def run(name: str, lab: str, visibility=("public", "hidden")) -> dict:
+        key = (name, lab, tuple(visibility))
+        if key not in done:
+            sub = make_submission(name, tmp_path_factory.mktemp(name))
+            result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab],
+                           visibility=tuple(visibility))
+            done[key] = {t.name: (t.passed, t.message) for t in result.lab(lab).tests}
+        return done[key]
+
+    return run
+
+
+def failed(tests: dict) -> dict:
+    return {name: msg for name, (ok, msg) in tests.items() if not ok}
+
+
+def test_library_pages_dropped_by_madvise_do_not_lower_the_memory_figure(report):
+    """Item 1: the whole score matrix, built after madvise(MADV_DONTNEED) of every library's
+    code pages: the memory test fails all the same."""
+    bad = failed(report("atk_madvise_below_baseline", LAB6, ("public",)))
+    assert set(bad) == {CHUNKED_MEMORY}, bad
+    assert "(2048, 2048) float32 score matrix alone is 16 MB" in bad[CHUNKED_MEMORY]
+
+
+def test_without_a_cgroup_the_fallback_still_sees_a_whole_matrix(rubric, zygote, tmp_path,
+                                                                 monkeypatch):
+    """ATTENTION_GRADER_MEMCG=off (a platform without a writable memory controller): the
+    resident high-water mark measures the call, and the whole score matrix still fails."""
+    from grader.sandbox import memcg
+    monkeypatch.setenv(memcg.ENV_SWITCH, "off")
+    assert memcg.group() is None
+    sub = make_submission("bug_materialised_scores", tmp_path / "s")
+    result = grade(sub, rubric=rubric, zygote=zygote, labs=[LAB6], visibility=("public",))
+    bad = failed({t.name: (t.passed, t.message) for t in result.lab(LAB6).tests})
+    assert set(bad) == {CHUNKED_MEMORY}, bad
+    assert "as much was held" in bad[CHUNKED_MEMORY]
+
+
+def test_a_librarys_first_call_cost_is_not_the_students(report):
+    """Item 8: torch.broadcast_shapes' first call imports sympy (+35 MB); the warm-up call
+    before the measured one pays it, and the correct blocked lab keeps full marks."""
+    assert failed(report("ok_lab6_broadcast_shapes", LAB6)) == {}
+
+
+@pytest.mark.parametrize("name, lab", [
+    ("bug_online_softmax_missing", LAB6),             # item 2
+    ("bug_dense_below_threshold", LAB6),              # item 3
+    ("bug_running_max_zero_init", LAB6),              # item 4
+    ("atk_burn_short_length", LAB6),                  # item 5
+    ("bug_generate_recomputes_prefix", LAB5),         # item 6
+    ("bug_sliding_window_full_matrix", LAB6),         # item 7
+])
+def test_what_the_lesson_teaches_is_graded(report, name, lab):
+    """Each lesson's point, missed, loses points (the exact tests: NEW_TESTS)."""
+    bad = failed(report(name, lab))
+    assert set(bad) == set(NEW_TESTS[name]), bad
+    for test, words in NEW_TESTS[name].items():
+        for w in words:
+            assert w in bad[test], (test, w, bad[test])
+
+
+# fixture -> {the tests it must fail: words their messages must hold}
+NEW_TESTS = {
+    "bug_online_softmax_missing": {"test_chunked_memory_flat_in_the_number_of_keys": [
+        "(64, 65536) float32 score matrix"]},
+    "bug_dense_below_threshold": {CHUNKED_MEMORY: ["L=2048", "(2048, 2048) float32 score matrix"],
+                                  "test_chunked_memory_flat_in_the_number_of_keys": []},
+    "bug_running_max_zero_init": {"test_chunked_rows_of_very_negative_scores": []},
+    "atk_burn_short_length": {"test_linear_attention_work_grows_linearly": [
+        "the course's reference on the same input"]},
+    "bug_generate_recomputes_prefix": {"test_generate_work_per_new_token": [
+        "the course's reference"]},
+    "bug_sliding_window_full_matrix": {"test_sliding_window_memory_linear_in_length": [
+        "L=2048", "grew"]},
+}
+
+
+@pytest.mark.parametrize("name, lab", [("ok_lab5_sdpa", LAB5), ("ok_lab6_unfold", LAB6),
+                                       ("ok_lab6_einsum_streams", LAB6)])
+def test_correct_labs_keep_full_marks(report, name, lab):
+    """Correct code in other styles (sdpa steps, unfolded windows, cumsum of outer products)
+    passes every resource test."""
+    assert failed(report(name, lab)) == {}
+
+
+SPIN = b'''
+import time
+
+def spin(cpu_s):
+    end = time.process_time() + cpu_s
+    while time.process_time() < end:
+        pass
+    return 1
+
+def nap(s):
+    time.sleep(s)
+    return 1
+'''
+
+
+def test_a_wall_limit_follows_the_cpu_the_worker_was_given(zygote):
+    """Item 9: beside two CPU hogs (`yes`), 1.5 CPU-s of work under a 2 s wall limit takes
+    longer than 2 s of wall time: the time the worker waited for a CPU is added to its limit
+    (grader/sandbox/channel.py), so it answers; a sleep, never waiting for a CPU, still runs
+    out of time."""
+    import subprocess
+
+    from grader.engine.student import Session, StudentError, StudentLab
+    from grader.sandbox import make_scratch
+    scratch = make_scratch({"lab9_spin.py": SPIN})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    lab = StudentLab(session, "lab9_spin")
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        session.start_test(2.0, lab="lab9_spin")
+        import time
+        t0 = time.monotonic()
+        assert lab.call("spin", 1.5) == 1
+        took = time.monotonic() - t0
+        session.start_test(1.0, lab="lab9_spin")
+        with pytest.raises(StudentError) as info:
+            lab.call("nap", 30)
+        assert info.value.kind == "timeout"
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        session.close()
+        scratch.cleanup()
+    print(f"spin 1.5 CPU-s beside two hogs: {took:.2f} s wall")
+
+
+def test_no_cgroup_is_left_behind(report):
+    """Every measured call's cgroups are removed with its worker."""
+    import os
+
+    from grader.sandbox import memcg
+    report("ok_lab6_broadcast_shapes", LAB6)
+    where = memcg.layout()
+    if where is None:
+        pytest.skip("no memory cgroup on this machine")
+    assert not list(where.parent.glob(f"attention-worker-{os.getpid()}-*"))
