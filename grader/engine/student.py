@@ -447,11 +447,14 @@ class Session:
             # The import counts: work done at import time (a model trained there) is the
             # training's too.
             before = usage.reading(worker.pid)
+            self.reference_cpu_ns = 0
             value = self._exchange(worker, lab, req)
             after = usage.reading(worker.pid)
-            # What the course's reference computed for it (its lab 1's attention, say) is in
-            # this figure: the worker spins while a call into another lab is answered.
-            return value, usage.measured(before, after, children_alive=worker.has_children())
+            used = usage.measured(before, after, children_alive=worker.has_children())
+            # What the course's reference computed for it (its lab 1's attention, say) is
+            # the training's CPU time too: added here, read from the reference worker's
+            # accounting (the student's worker sleeps while a call is answered).
+            return value, replace(used, cpu_s=used.cpu_s + self.reference_cpu_ns / 1e9)
         except StudentError as exc:
             return exc
         except OSError as exc:          # the worker's /proc went away: it is gone
