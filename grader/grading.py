@@ -86,6 +86,7 @@ class Grader:
                                         many_workers=many_workers)
         self._runners: dict[tuple[str, ...], SuiteRunner] = {}
         self._plans: dict[tuple, CallPlan | None] = {}
+        self._reference_scratch = None      # see _reference_dir
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self, *, suites: bool = False) -> "Grader":
@@ -143,6 +144,9 @@ class Grader:
         self._runners.clear()
         if self._owns_zygote:
             self._zygote.close()
+        if self._reference_scratch is not None:
+            self._reference_scratch.cleanup()
+            self._reference_scratch = None
 
     def __enter__(self) -> "Grader":
         return self.start()
@@ -269,18 +273,25 @@ class Grader:
             self._plans[key] = plan
         return self._plans[key]
 
-    @functools.cached_property
-    def _provided(self) -> dict[str, dict[str, list[str]]]:
-        """Lab -> the other labs it may import, and their names, answered by the course's
-        reference while it is graded (``lab_imports: reference``, the default, wherever
-        the reference solutions are at hand); {} when each lab imports the student's own
-        files (``lab_imports: student``, cumulative grading)."""
-        if self.rubric.lab_imports != "reference":
-            return {}
-        names = {lab: required_names(spec.file) for lab, spec in self.rubric.labs.items()}
-        return {lab: {other: names[other] for other in self.rubric.labs
-                      if other != lab and names[other]}
-                for lab in self.rubric.labs}
+    @property
+    def _importable(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Lab -> the earlier labs it may import, and their contract functions (the
+        rubric's ``exports``; ``Rubric.importable``)."""
+        return {lab: self.rubric.importable(lab) for lab in self.rubric.labs}
+
+    @property
+    def _reference_dir(self) -> str | None:
+        """A folder holding the course's reference solutions, readable by workers: calls
+        into other labs are answered there, in reference workers (``lab_imports:
+        reference``, the default, wherever the solutions are at hand); None when each lab
+        imports the student's own files (``lab_imports: student``, cumulative grading, or a
+        kit without the solutions: a student's own check)."""
+        if self.rubric.lab_imports != "reference" or not paths.SOLUTIONS.is_dir():
+            return None
+        if self._reference_scratch is None:
+            self._reference_scratch = make_scratch(
+                {f.name: f.read_bytes() for f in sorted(paths.SOLUTIONS.glob("lab*.py"))})
+        return self._reference_scratch.name
 
     def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
                      name: str, *, plan: CallPlan | None,
@@ -291,7 +302,9 @@ class Grader:
         scratch = make_scratch(clean.files)
         session = Session(zygote=self._zygote, submission_dir=scratch.name,
                           forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
-                          provided=self._provided, plan=plan, recording=recording)
+                          importable=self._importable, reference_dir=self._reference_dir,
+                          imports_when_graded=self.rubric.lab_imports,
+                          plan=plan, recording=recording)
         outcomes: list[TestResult] = []
         collection_errors: list[str] = []
         try:

@@ -54,7 +54,7 @@ LAB_IMPORTS = ("reference", "student")
 # "private" (0600: only the grader's user).
 OUTPUT_MODES = ("group", "private")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
-LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "tests")
+LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "exports", "tests")
 TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s", "budget")
 BUDGET_KEYS = ("memory_mb", "work_ratio", "reference_ratio", "cpu_s", "why")
 TOLERANCE_KEYS = ("atol", "rtol", "why")
@@ -109,6 +109,9 @@ class LabRubric:
     time_limit_s: float
     forbidden: tuple[str, ...]
     tests: dict[str, TestRubric]  # insertion (file) order
+    # The lab's contract functions (docs/LAB_CONTRACT.md's signature blocks): all that a
+    # later lab may import of it ("Importing another lab"); () when it offers none.
+    exports: tuple[str, ...] = ()
 
     @property
     def max_points(self) -> float:
@@ -142,6 +145,16 @@ class Rubric:
                            f"{', '.join(self.labs)}")
         return replace(self, labs={name: lab for name, lab in self.labs.items() if name in labs})
 
+    def importable(self, calling_lab: str) -> dict[str, tuple[str, ...]]:
+        """What ``calling_lab`` may import of other labs: earlier lab -> its exports (the
+        contract functions of labs with a smaller number; never given code, helpers,
+        contract extensions or a later lab). {} for a lab the rubric does not know."""
+        if calling_lab not in self.labs:
+            return {}
+        number = lab_number(calling_lab)
+        return {name: lab.exports for name, lab in self.labs.items()
+                if lab.exports and lab_number(name) < number}
+
     def lab_for_file(self, filename: str | Path) -> LabRubric | None:
         """The lab whose ``file`` is the base name of *filename* (``lab1_attention.py``,
         ``some/dir/lab1_attention.py``), or None."""
@@ -159,6 +172,12 @@ class Rubric:
         if name not in tests:
             raise KeyError(f"{self.path}: no test {name!r} in labs.{lab}.tests")
         return tests[name]
+
+
+def lab_number(lab: str) -> int:
+    """The N of ``labN_name`` (the labs' order: a lab may import earlier ones only)."""
+    match = re.match(r"lab(\d+)_", lab)
+    return int(match.group(1)) if match else 0
 
 
 @dataclass(frozen=True)
@@ -510,6 +529,8 @@ class _Validator:
                     else:
                         forbidden.append(value)
 
+        exports = self.identifiers(entries, "exports", keypath)
+
         tests: dict[str, TestRubric] = {}
         if self.require(entries, "tests", key_line, keypath, "a mapping of test names to {points, visibility}"):
             tnode = entries["tests"][1]
@@ -533,7 +554,31 @@ class _Validator:
             time_limit_s=time_limit,
             forbidden=tuple(forbidden),
             tests=tests,
+            exports=tuple(exports),
         )
+
+    def identifiers(self, entries: dict, key: str, keypath: str) -> list[str]:
+        """``entries[key]``: a list of distinct Python names ([] when absent)."""
+        out: list[str] = []
+        if key not in entries:
+            return out
+        node, path = entries[key][1], f"{keypath}.{key}"
+        if not isinstance(node, yaml.SequenceNode):
+            ok, value = self.scalar(node, path)
+            if ok:
+                self.error(node, path, f"expected a list of function names, got {self.got(node, value)}")
+            return out
+        for i, item in enumerate(node.value):
+            ok, value = self.scalar(item, f"{path}[{i}]")
+            if not ok:
+                continue
+            if not isinstance(value, str) or not value.isidentifier() or value.startswith("_"):
+                self.error(item, f"{path}[{i}]", f"expected a public function name, got {self.got(item, value)}")
+            elif value in out:
+                self.error(item, f"{path}[{i}]", f"{value!r} is listed twice")
+            else:
+                out.append(value)
+        return out
 
     def test(
         self,

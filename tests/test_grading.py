@@ -22,7 +22,7 @@ from grader import paths
 from grader.engine.reference import load_reference
 from grader.engine.student import Session, StudentLab
 from grader.errors import EXIT_GRADER_FAULT, GraderFault, RubricError, SandboxError
-from grader.grading import Grader, required_names
+from grader.grading import Grader
 from grader.outputs.gradescope import write_gradescope
 from grader.rubric import load_rubric
 from grader.sandbox import Zygote, make_scratch, protocol, wire
@@ -273,8 +273,9 @@ def test_lab_imports_is_validated_with_file_and_line(tmp_path):
 
 
 def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_path):
-    """The proxy module holds the other lab's contract names only, and the trusted side
-    refuses a forged call of anything else."""
+    """The stub module holds the earlier lab's contract functions only, and the trusted
+    side refuses a forged call of anything else; what it allows, a reference worker
+    answers."""
     submission = make_submission("ok_einsum", tmp_path / "sub")
     lab2 = submission / "lab2_multihead.py"
     lab2.write_text(lab2.read_text() + (
@@ -283,29 +284,37 @@ def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_pat
         "    return sorted(n for n in dir(_l1) if not n.startswith('_'))\n"))
     with Grader(rubric, zygote=zygote) as grader:
         result = grader.grade(submission, labs=["lab2_multihead"])
-        provided = grader._provided
+        importable = grader._importable
     assert result.lab("lab2_multihead").score == result.lab("lab2_multihead").max_score
     scratch = make_scratch({f.name: f.read_bytes() for f in submission.glob("lab*.py")})
-    real = Session(zygote=zygote, submission_dir=scratch.name, forbidden={}, provided=provided)
+    reference = make_scratch({f.name: f.read_bytes() for f in paths.SOLUTIONS.glob("lab*.py")})
+    real = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                   importable=importable, reference_dir=reference.name)
     try:
         real.start_test(10, test="t", lab="lab2_multihead")
         # What the worker's lab1_attention holds: the contract's names, no student code.
         assert StudentLab(real, "lab2_multihead").call("_probe_names") == \
-            sorted(required_names("lab1_attention.py"))
+            sorted(rubric.labs["lab1_attention"].exports)
     finally:
         real.close()
         scratch.cleanup()
     session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
-                      provided={"lab2_multihead": {"lab1_attention": ["causal_mask"]}})
-    with pytest.raises(ValueError, match="is not provided"):
-        session._callback("lab2_multihead", protocol.callback_request(
-            "lab1_attention", "scaled_dot_product_attention", [], {}, 0))
-    with pytest.raises(ValueError, match="is not provided"):
-        session._callback("lab1_attention", protocol.callback_request(
-            "lab1_attention", "causal_mask", [3], {}, 0))
-    assert torch.equal(session._callback("lab2_multihead", protocol.callback_request(
-        "lab1_attention", "causal_mask", [3], {}, 0)),
-        load_reference("lab1_attention").causal_mask(3))
+                      importable={"lab2_multihead": {"lab1_attention": ("causal_mask",)}},
+                      reference_dir=reference.name)
+    try:
+        session.start_test(10, test="t", lab="lab2_multihead")
+        with pytest.raises(ValueError, match="is not importable"):
+            session._callback("lab2_multihead", protocol.callback_request(
+                "lab1_attention", "scaled_dot_product_attention", [], {}, 0))
+        with pytest.raises(ValueError, match="is not importable"):
+            session._callback("lab1_attention", protocol.callback_request(
+                "lab1_attention", "causal_mask", [3], {}, 0))
+        assert torch.equal(session._callback("lab2_multihead", protocol.callback_request(
+            "lab1_attention", "causal_mask", [3], {}, 0)),
+            load_reference("lab1_attention").causal_mask(3))
+    finally:
+        session.close()
+        reference.cleanup()
 
 
 @pytest.mark.parametrize("err", [{"mro": 5}, {"mro": [1, None]}, {"type": ["x"] * 3},

@@ -589,7 +589,11 @@ def test_allowed_uses_are_not_flagged(zygotes, scratch):
     x = torch.randn(2, 5, 16)
     lab2 = ["torch.nn.functional.scaled_dot_product_attention",
             "torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention"]
-    w = z.spawn(submission=scratch, lab="lab2_multihead", forbidden=lab2)
+    # A lab imports another lab only where it is told it may (#25: the earlier lab's
+    # contract functions), here answered by the submission's own lab 1.
+    w = z.spawn(submission=scratch, lab="lab2_multihead", forbidden=lab2,
+                importable={"lab1_attention": ["scaled_dot_product_attention", "causal_mask"]},
+                answered_by="own")
     try:
         reply = w.request({"op": "call", "target": "MultiHeadAttention", "ctor": {
             "args": [16, 4], "kwargs": {}}, "args": [x, x, x], "kwargs": {}}, timeout_s=20)

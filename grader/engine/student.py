@@ -18,7 +18,6 @@ import torch
 
 from grader import paths
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
-from grader.engine.reference import load_reference
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
                             protocol, usage, wire)
 from grader.sandbox.channel import LOAD_STRETCH_MAX
@@ -51,6 +50,7 @@ class StudentError(Exception):
                  where: str = "", lab: str = "", stdout: str = ""):
         self.kind, self.type_name, self.mro = kind, type_name, tuple(mro)
         self.message, self.where, self.lab, self.stdout = message, where, lab, stdout
+        self.note = ""          # the grader's own words on where it came from (see Session)
         super().__init__(self.describe(hidden=False))
 
     def describe(self, *, hidden: bool) -> str:
@@ -59,6 +59,10 @@ class StudentError(Exception):
         names ("an exception" for any other), no message, no place, no function name."""
         if hidden:
             return self._describe_hidden()
+        text = self._describe_public()
+        return f"{text}. {self.note}" if self.note else text
+
+    def _describe_public(self) -> str:
         at = f" at {self.where}" if self.where else ""
         if self.kind == "not_implemented":
             return f"not implemented yet ({self.message or self.type_name}{at})"
@@ -125,6 +129,10 @@ def _error_from_reply(err: dict, lab: str, stdout: str) -> StudentError:
 
 MAX_RECORDED_CALLS = 200      # per test; a test making more keeps the first ones
 MAX_CALLBACK_ELEMENTS = 1 << 22   # numbers in one call into another lab (4 Mi: ~32 MB)
+# A number argument of a call into another lab sizes work (a length, a position, a chunk
+# count): bounded like the tensors' sizes.
+MAX_CALLBACK_SCALAR = MAX_CALLBACK_ELEMENTS
+MAX_CALLBACK_REPLY_BYTES = 80 << 20   # a reference worker's reply: value and gradients
 
 
 @dataclass
@@ -145,13 +153,20 @@ class Session:
     ``plan`` (grader.engine.call_plan): send each test's first call ahead of it (a
     ``Prefetcher``). ``recording``: a CallPlan to fill with each test's first request, call
     count and successor (a ``PlanRecorder``; how a plan is made).
-    ``provided``: lab under test -> other lab -> names whose calls the course's reference
-    answers (protocol "Callbacks"): a lab's points then depend on its own code only.
+    ``importable``: lab under test -> earlier lab -> the names it may import of it
+    (``Rubric.importable``). ``reference_dir``: a folder of the course's reference
+    solutions, readable by workers: calls into those names are then answered by the
+    reference in a reference worker per (calling lab, other lab) (protocol "Callbacks"), so
+    a lab's points depend on its own code only; None: the submission's own files answer.
     """
     zygote: Zygote
     submission_dir: str
     forbidden: dict[str, tuple[str, ...]]          # lab -> dotted names it may not use
-    provided: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    importable: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    reference_dir: str | None = None
+    # What answers those imports when the lab is graded (the rubric's ``lab_imports``):
+    # without ``reference_dir`` but "reference", a failure from an imported lab says so.
+    imports_when_graded: str = "reference"
     plan: CallPlan | None = None
     recording: CallPlan | None = None
     deadline: float = float("inf")                  # monotonic time the current test ends
@@ -173,6 +188,12 @@ class Session:
     # Train requests answered for this submission (lab, request frame) -> (value, Measured)
     # or the StudentError: a lab's outcome tests share one training (``train``).
     trained: dict = field(default_factory=dict)
+    # The reference workers answering calls into other labs: (calling lab, other lab) ->
+    # Worker; the CPU time they spent since ``reference_cpu_ns`` was last reset (a
+    # training's is the student's); ``measuring``: a measured call is running (refused).
+    reference_workers: dict = field(default_factory=dict)
+    reference_cpu_ns: int = 0
+    measuring: bool = False
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
 
     def __post_init__(self):
@@ -192,6 +213,7 @@ class Session:
             done = self.workers.pop(self.lab, None)
             if done is not None:
                 done.kill()
+            self._end_reference_workers()
         if lab:
             self.lab = lab
         if self.recorder is not None and test:
@@ -202,7 +224,7 @@ class Session:
         self.test, self.made = test, 0
         # Whatever the previous test's calls left running (a daemon, a fork bomb, a
         # setsid'd grandchild) ends with that test: its worker is replaced.
-        for worker in self.workers.values():
+        for worker in [*self.workers.values(), *self.reference_workers.values()]:
             if worker.alive and worker.has_children():
                 worker.kill()
         self.time_limit_s = time_limit_s
@@ -237,21 +259,28 @@ class Session:
 
     def _spawn(self, lab: str, *, reference: bool = False) -> Worker:
         """A new worker for ``lab`` (the caller keeps it, or kills it); ``reference``: one
-        serving the course's reference file of the lab instead of the submission's."""
-        provided = self.provided.get(lab) or {}
-        folder = self._reference_folder(lab) if reference else self.submission_dir
+        serving the course's reference file of the lab instead of the submission's (its
+        own imports of earlier labs are the reference's too)."""
+        importable = self.importable.get(lab) or {}
+        by_reference = bool(importable) and self.reference_dir is not None
+        if reference:
+            folder = self.reference_dir or self._reference_folder(lab)
+        else:
+            folder = self.submission_dir
         try:
             worker = self.zygote.spawn(submission=folder, lab=lab,
                                        forbidden=[] if reference
                                        else list(self.forbidden.get(lab, ())),
-                                       provided=provided)
+                                       importable=importable,
+                                       answered_by="reference"
+                                       if by_reference and not reference else "own")
         except SandboxError as exc:
             # Not the student's doing: the test in flight fails at once, and the Grader
             # turns the whole submission into a grader fault (``fault``), never a score.
             self.fault = self.fault or exc
             raise StudentError(kind="crash", message=f"the sandbox failed: {exc}",
                                lab=lab) from None
-        if provided:
+        if by_reference:
             worker.on_callback = functools.partial(self._callback, lab)
         return worker
 
@@ -312,11 +341,26 @@ class Session:
                                mro=("ForbiddenAPIError",), stdout=self.last_stdout,
                                message=f"{lab} may not use {names} (see the lab's rules)")
         if "error" in reply and isinstance(reply["error"], dict):
-            raise _error_from_reply(reply["error"], lab, self.last_stdout)
+            error = _error_from_reply(reply["error"], lab, self.last_stdout)
+            error.note = self._imported_lab_note(lab, error.where)
+            raise error
         if "ok" not in reply:
             worker.kill()
             raise StudentError(kind="crash", lab=lab, message="the worker sent a malformed reply")
         return reply["ok"]
+
+    def _imported_lab_note(self, lab: str, where: str) -> str:
+        """Where the submission's own earlier lab answered ``lab``'s imports but will not
+        when graded (a kit without the reference): that a failure raised in that lab's file
+        (``where``, "lab1_attention.py:30 in ...") comes from it."""
+        other = where.split(".py:", 1)[0] if ".py:" in where else ""
+        if (self.reference_dir is not None or self.imports_when_graded != "reference"
+                or other not in (self.importable.get(lab) or {})):
+            return ""
+        return (f"This comes from your own {other}.py, which {lab} imports: without the "
+                f"course's reference (this check) your {other} answers those calls; when "
+                f"{lab} is graded it gets the course's {other}, and your {other}.py is "
+                "graded on its own")
 
     def measure(self, lab: str, req: dict, warmup: dict | None = None, *,
                 reference: bool = False) -> tuple[object, Measured]:
@@ -333,6 +377,9 @@ class Session:
         worker = setup = call = None
         try:
             worker = self._spawn(lab, reference=reference)
+            # Calls into other labs are refused until it ends: a reference worker's work
+            # would escape this measurement (and launder what the lab may not use).
+            self.measuring = True
             setup = memcg.group()
             if setup is not None:
                 setup.add(worker.pid)       # what the import and the warm-up hold is read here
@@ -372,6 +419,7 @@ class Session:
                 self._record(RecordedCall(lab, req, error=error))
             raise error from None
         finally:
+            self.measuring = False
             if worker is not None:
                 worker.kill()
             for group in (setup, call):
@@ -412,9 +460,14 @@ class Session:
             # The import counts: work done at import time (a model trained there) is the
             # training's too.
             before = usage.reading(worker.pid)
+            self.reference_cpu_ns = 0
             value = self._exchange(worker, lab, req)
             after = usage.reading(worker.pid)
-            return value, usage.measured(before, after, children_alive=worker.has_children())
+            used = usage.measured(before, after, children_alive=worker.has_children())
+            # What the course's reference computed for it (its lab 1's attention, say) is
+            # the training's CPU time too: added here, read from the reference worker's
+            # accounting (the student's worker sleeps while a call is answered).
+            return value, replace(used, cpu_s=used.cpu_s + self.reference_cpu_ns / 1e9)
         except StudentError as exc:
             return exc
         except OSError as exc:          # the worker's /proc went away: it is gone
@@ -437,23 +490,92 @@ class Session:
         return self._reply_value(worker, lab, reply)
 
     def _callback(self, lab: str, req) -> object:
-        """The course's reference answering a call that ``lab``'s code made into another lab
-        (only values came, only values go back; this runs in the trusted process)."""
+        """The course's reference answering a call that ``lab``'s code made into another lab:
+        checked and bounded here, computed in a reference worker (nothing runs in this
+        trusted process but the relay of values). Raises (the student's call then raises,
+        with the message) to refuse."""
         if not isinstance(req, dict) or not isinstance(req.get("args"), list) \
                 or not isinstance(req.get("kwargs"), dict) \
                 or not isinstance(req.get("seed"), int) \
                 or not isinstance(req.get("grad_outputs"), (list, type(None))):
             raise ValueError("a malformed call into another lab")
         other, target = req.get("lab"), req.get("target")
-        if target not in (self.provided.get(lab) or {}).get(other, ()):
-            raise ValueError(f"{other}.{target} is not provided to {lab}")
-        size = sum(t.numel() for t in protocol.flat_tensors(
-            [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]))
+        if target not in (self.importable.get(lab) or {}).get(other, ()):
+            raise ValueError(f"{other}.{target} is not importable by {lab} (only the "
+                             "contract functions of earlier labs are)")
+        if self.measuring:
+            raise ValueError(f"calls into other labs are not answered during a measured call "
+                             f"(a resource test measures {lab}'s own work): compute it in "
+                             f"{lab} itself")
+        inputs = [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]
+        size = sum(t.numel() for t in protocol.flat_tensors(inputs))
         if size > MAX_CALLBACK_ELEMENTS:
             raise ValueError(f"{other}.{target} was given more than {MAX_CALLBACK_ELEMENTS} "
                              "numbers")
-        with torch.random.fork_rng(devices=[]):
-            return protocol.answer_callback(getattr(load_reference(other), target), req)
+        big = _largest_number(inputs)
+        if big > MAX_CALLBACK_SCALAR:
+            raise ValueError(f"{other}.{target} was given the number {big:.6g}: numbers that "
+                             f"size work (lengths, positions, counts) are bounded by "
+                             f"{MAX_CALLBACK_SCALAR} in calls into other labs")
+        return self._reference_answer(lab, other, protocol.reference_call_request(req))
+
+    def _reference_answer(self, lab: str, other: str, req: dict):
+        """``req`` answered by the reference worker of (``lab``, ``other``), within the
+        current test's time: its value, or ValueError / RuntimeError saying why not."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise RuntimeError("the test's time limit is spent")
+        worker = self.reference_workers.get((lab, other))
+        if worker is None or not worker.alive:
+            try:
+                worker = self.zygote.spawn(
+                    submission=self.reference_dir, lab=other,
+                    # What the calling lab may not use stays forbidden behind other's name.
+                    forbidden=sorted({*self.forbidden.get(other, ()),
+                                      *self.forbidden.get(lab, ())}),
+                    importable=self.importable.get(other) or {}, answered_by="own")
+            except SandboxError as exc:
+                self.fault = self.fault or exc
+                raise RuntimeError(f"the sandbox failed: {exc}") from None
+            worker.reply_bytes = min(worker.reply_bytes, MAX_CALLBACK_REPLY_BYTES)
+            self.reference_workers[(lab, other)] = worker
+        try:
+            before = usage.reading(worker.pid).cpu_ns
+        except OSError:
+            before = None
+        try:
+            reply = worker.request(req, timeout_s=remaining)
+        except WorkerTimeout:
+            raise RuntimeError(f"the course's {other} did not answer within the test's time "
+                               f"limit of {self.time_limit_s:g} s (its time is this "
+                               "test's)") from None
+        except WorkerDied as exc:
+            raise RuntimeError(f"the course's {other} stopped on these inputs: a limit "
+                               f"(memory, CPU time) or a reply over "
+                               f"{MAX_CALLBACK_REPLY_BYTES >> 20} MiB [{exc}]") from None
+        finally:
+            with contextlib.suppress(OSError, TypeError):
+                self.reference_cpu_ns += usage.reading(worker.pid).cpu_ns - before
+        if not isinstance(reply, dict):
+            worker.kill()
+            raise RuntimeError(f"the course's {other} sent a malformed reply")
+        used = reply.get("forbidden")
+        if isinstance(used, list) and used:
+            raise ValueError(f"{lab} may not use {', '.join(sorted(map(str, used)))[:300]}, "
+                             f"not even through {other}")
+        error = reply.get("error")
+        if isinstance(error, dict):
+            raise ValueError(f"the course's {other}.{req['call']['target']} raised "
+                             f"{_text(error.get('type'), 200)}: {_text(error.get('message'), 500)}")
+        if "ok" not in reply:
+            worker.kill()
+            raise RuntimeError(f"the course's {other} sent a malformed reply")
+        return reply["ok"]
+
+    def _end_reference_workers(self) -> None:
+        for worker in self.reference_workers.values():
+            worker.kill()
+        self.reference_workers.clear()
 
     def _timeout(self, lab: str) -> StudentTimeout:
         return StudentTimeout(
@@ -488,6 +610,7 @@ class Session:
         for worker in self.workers.values():
             worker.kill()
         self.workers.clear()
+        self._end_reference_workers()
         for scratch in self.references.values():
             scratch.cleanup()
         self.references.clear()
@@ -508,6 +631,21 @@ class GradResult:
     output: object
     input_grads: tuple
     param_grads: dict
+
+
+def _largest_number(value, depth: int = 0) -> float:
+    """The largest |x| of the Python numbers (not tensors, not bools) in ``value``."""
+    if depth > 16:
+        return 0.0
+    if isinstance(value, bool):
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(min(abs(value), 10**300)) if value == value else 0.0
+    if isinstance(value, (list, tuple)):
+        return max((_largest_number(v, depth + 1) for v in value), default=0.0)
+    if isinstance(value, dict):
+        return max((_largest_number(v, depth + 1) for v in value.values()), default=0.0)
+    return 0.0
 
 
 def _check_args(values) -> None:

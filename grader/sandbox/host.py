@@ -199,11 +199,14 @@ class Zygote:
         return self._proc is not None and self._proc.poll() is None
 
     def spawn(self, *, submission: str, lab: str, forbidden: list[str],
-              provided: dict[str, list[str]] | None = None) -> Worker:
+              importable: dict[str, list[str]] | None = None,
+              answered_by: str = "own") -> Worker:
         """A fresh worker for ``lab`` whose only files are those in ``submission``.
 
-        ``provided``: other lab -> names that the worker's imports of that lab get as
-        proxies answered through ``Worker.on_callback`` (protocol "Callbacks")."""
+        ``importable``: earlier lab -> the names ``lab`` may import of it (nothing else
+        imports); ``answered_by``: "reference", each such name a stub answered through
+        ``Worker.on_callback`` (protocol "Callbacks"), or "own", the lab's file in
+        ``submission``."""
         if self._control is None or self._probe_dir is not None:
             self.start()
         if not self.alive:
@@ -224,7 +227,8 @@ class Zygote:
             "read_only_paths": read_only_paths(),
             "hide_paths": hidden_paths(self.hide),
             "limits": self.limits.to_dict(),
-            "provided": {str(k): list(v) for k, v in (provided or {}).items()},
+            "importable": {str(k): list(v) for k, v in (importable or {}).items()},
+            "answered_by": answered_by,
             # Plain mode: processes a worker may never signal (with their groups).
             "protected_pids": sorted({os.getpid(), os.getpgrp(), self.pid or 0,
                                       zygote_group} - {0}),

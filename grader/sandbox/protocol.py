@@ -13,7 +13,7 @@ keys in the order the grader has always sent them: call plans compare encoded fr
 for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
 
   op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "stage"
-                | "run_staged"
+                | "run_staged" | "reference_call" (a reference worker only, see "Callbacks")
   names         probe only: list[str], names the lab module must define
   request       stage only: a call or grad request, held (inputs read) until "run_staged"
   target        str: the function or class of the lab module to run
@@ -63,14 +63,20 @@ Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an e
               Refused (the student's fault) past MAX_TRAINED_NUMBERS numbers. Never
               replayed by ``grader.mistakes``: it is not in OPS.
 
-Callbacks go the other way. A lab may import another lab (lab2 imports lab1's
-``scaled_dot_product_attention``). Unless the rubric grades cumulatively, the worker of the
-lab under test does not load the student's other lab: its names are proxies that ask the
-grader, which answers with the course's reference (only values cross; no reference code
-enters the worker), so a lab's points depend on that lab's code alone:
+Callbacks go the other way. A lab may import the contract functions of earlier labs
+(``Rubric.importable``: lab 2 imports lab 1's ``scaled_dot_product_attention``; nothing
+else, never a later lab: the worker's ``LabImports`` refuses, naming what the lab may
+import). Unless the rubric grades cumulatively (or no reference is at hand: a student's
+own check), the worker of the lab under test does not load the student's other lab: its
+names are stubs that ask the grader, and the grader has the course's reference answer in a
+**reference worker** (a worker like the student's, same jail and limits, whose folder holds
+the reference solutions; one per calling lab and other lab). The grading process only
+checks and relays values; it runs nothing. A lab's points depend on that lab's code alone:
 
-  worker -> grader  {"callback": callback_request(...)}, while answering a request
-  grader -> worker  {"callback_reply": {"ok": value} | {"error": str}}
+  student worker -> grader  {"callback": callback_request(...)}, while answering a request
+  grader -> reference worker  reference_call_request(callback): op "reference_call",
+                        answered by ``answer_callback`` with the reference lab's function
+  grader -> student worker  {"callback_reply": {"ok": value} | {"error": str}}
 
   lab, target   str: the other lab's module and the function in it
   args, kwargs  as for "call"; seed: int, the CPU generator's seed before the call
@@ -78,6 +84,13 @@ enters the worker), so a lab's points depend on that lab's code alone:
                 is {"output": ..., "grads": [one per floating tensor of ``args`` then
                 ``kwargs`` (by sorted key), in that order (``callback_leaves``): its
                 gradient, or None]}
+
+The grader refuses ({"error": why}, which the student's call raises as RuntimeError) a
+name the calling lab may not import, more than 4 Mi numbers in tensors, an integer
+argument above 4 Mi (integers size work: lengths, positions, chunk counts), a reply above
+its byte cap, and any call during a measured call (``stage``/``run_staged``: its work would
+escape the measurement). There is no count of calls; the reference worker's time is the
+calling test's (same deadline) and its CPU time is added to a training's.
 
 Imported by path in the zygote and the worker (``import protocol``), and as
 ``grader.sandbox.protocol`` in the grader: it imports only the stdlib and torch.
@@ -92,7 +105,7 @@ import torch
 
 OPS = ("call", "grad", "state_dict", "buffer")    # what ``answer`` answers and a replay may
 TRAIN = "train"             # answered too, never replayed (it trains: seconds of CPU)
-MAX_CALLBACKS = 256     # a worker's calls into other labs while answering one request
+REFERENCE_CALL = "reference_call"  # a reference worker's op (see "Callbacks")
 MAX_TRAINED_NUMBERS = 16 << 20      # numbers in a trained model's state dict (16 Mi: 64 MB)
 MAX_LOSS_HISTORY = 100_000          # entries of a loss_history kept
 
@@ -174,6 +187,12 @@ def callback_request(lab: str, target: str, args, kwargs: dict, seed: int,
     return {"lab": lab, "target": target, "args": list(args), "kwargs": dict(kwargs),
             "seed": int(seed), "grad_outputs": None if grad_outputs is None
             else list(grad_outputs)}
+
+
+def reference_call_request(callback: dict) -> dict:
+    """To a reference worker: answer ``callback`` (a ``callback_request``) with its lab's
+    function ``callback["target"]`` (``answer_callback``)."""
+    return {"op": REFERENCE_CALL, "call": callback}
 
 
 def callback_leaves(args: list, kwargs: dict) -> list[tuple[str, int | str]]:

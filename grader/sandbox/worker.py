@@ -18,6 +18,7 @@ import importlib.abc
 import importlib.util
 import io
 import os
+import re
 import sys
 import traceback
 
@@ -31,6 +32,7 @@ import wire
 STDOUT_CAP = 4000
 MESSAGE_CAP = 2000
 LAB_MODULE_PREFIX = forbidden.LAB_MODULE_PREFIX
+LAB_NAME = re.compile(r"lab\d+_\w+")    # a lab's module (rubric.LAB_NAME_RE)
 MAX_LIBRARY_IMPORTS = 64      # names imported ahead of a measured call (see import_libraries)
 ForbiddenAPIError = forbidden.ForbiddenAPIError
 
@@ -146,32 +148,72 @@ class CappedText(io.TextIOBase):
         return out
 
 
-class OtherLabs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """The other labs a lab imports, as proxies the grader answers (protocol "Callbacks").
+class LabImports(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """The other labs a lab may import, and nothing else of them ("Importing another lab").
 
-    ``provided``: other lab -> the names it offers. Only those names exist in the proxy
-    module; calling one sends the values to the grader, which runs the course's reference
-    and sends the values back. Gradients flow through a proxy call: its backward asks the
-    grader for the reference's gradients, with the same seed (the same dropout mask).
+    ``importable``: earlier lab -> its contract functions (``Rubric.importable``). An import
+    of any other lab module (a later lab, a lab offering nothing) fails, and so does any
+    name not in the list, with a message naming what this lab may import. ``answered_by``:
+    "reference" (while graded): each name is a stub that sends the call to the grader, which
+    has the course's reference answer it in a reference worker of its own (protocol
+    "Callbacks"); "own": the lab's own file in the submission folder answers (a student's
+    check without the reference, cumulative grading, the reference worker itself), seen
+    through the same list of names.
     """
 
-    def __init__(self, server: "Server", provided: dict):
-        self.server, self.provided = server, {str(k): [str(n) for n in v]
-                                              for k, v in provided.items()}
+    def __init__(self, server: "Server", lab: str, importable: dict, answered_by: str,
+                 finder: "LabFinder"):
+        self.server, self.lab, self.answered_by, self.finder = server, lab, answered_by, finder
+        self.importable = {str(k): [str(n) for n in v] for k, v in importable.items()}
+
+    def offer(self) -> str:
+        """What this lab may import, as a sentence."""
+        names = [f"{other}.{name}" for other, names in self.importable.items()
+                 for name in names]
+        return (f"{self.lab} may import only the contract functions of earlier labs: "
+                + (", ".join(names) if names else "nothing (no earlier lab offers any)")
+                + " (docs/LAB_CONTRACT.md, \"Importing another lab\")")
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in self.provided:
+        top = fullname.split(".")[0]
+        if not top.startswith(LAB_MODULE_PREFIX) or top == self.lab:
+            return None
+        if fullname in self.importable:
             return importlib.util.spec_from_loader(fullname, self)
-        return None
+        if not LAB_NAME.fullmatch(top):
+            return None                 # not a lab's name: LabFinder's (or nobody's)
+        raise ImportError(f"{self.lab} may not import {fullname}: " + self.offer(), name=fullname)
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module):
-        module.__doc__ = ("The course's reference answers these calls while this lab is "
-                          "graded: your own file of this lab is graded on its own.")
-        for name in self.provided[module.__name__]:
-            setattr(module, name, _proxy(self.server, module.__name__, name))
+        other, names, offer = module.__name__, self.importable[module.__name__], self.offer()
+
+        def missing(name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            # An ImportError (not AttributeError) reaches ``from X import name`` as it is.
+            raise ImportError(f"{self.lab} may not import {other}.{name}: {offer}",
+                              name=other)
+
+        module.__getattr__ = missing
+        if self.answered_by == "reference":
+            module.__doc__ = ("The course's reference answers these calls while this lab is "
+                              "graded: your own file of this lab is graded on its own.")
+            for name in names:
+                setattr(module, name, _proxy(self.server, other, name))
+            return
+        spec = self.finder.find_spec(other)
+        if spec is None:
+            raise ModuleNotFoundError(f"{self.lab} imports {other}, and there is no "
+                                      f"{other}.py beside it", name=other)
+        own = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(own)
+        module.__doc__ = own.__doc__
+        for name in names:
+            if hasattr(own, name):
+                setattr(module, name, getattr(own, name))
 
 
 def _proxy(server: "Server", lab: str, target: str):
@@ -190,6 +232,7 @@ def _proxy(server: "Server", lab: str, target: str):
 
     call.__name__ = call.__qualname__ = target
     call.__doc__ = f"{lab}.{target}, answered by the course's reference while grading."
+    call.__module__ = lab
     return call
 
 
@@ -232,16 +275,12 @@ class Server:
         self.module = None
         self.import_error = None
         self.queued: list = []          # requests read while waiting for a callback reply
-        self.callbacks = 0
         self.seq = 0                    # requests taken so far; each reply carries its number
         self.staged = None              # a request held by "stage" until "run_staged"
 
     def callback(self, req: dict):
-        """Ask the grader for another lab's answer (protocol "Callbacks"); its value."""
-        self.callbacks += 1
-        if self.callbacks > protocol.MAX_CALLBACKS:
-            raise RuntimeError(f"more than {protocol.MAX_CALLBACKS} calls into other labs "
-                               "in one call")
+        """Ask the grader for another lab's answer (protocol "Callbacks"); its value. No
+        count of calls: what the answers cost is bounded (and charged) by the grader."""
         req = protocol.plain(req)       # plain tensors only (no subclass, no graph)
         self.sock.sendall(wire.encode({"callback": req}))
         while True:
@@ -252,8 +291,8 @@ class Server:
         reply = frame["callback_reply"]
         if not isinstance(reply, dict) or "ok" not in reply:
             error = reply.get("error") if isinstance(reply, dict) else None
-            raise RuntimeError(f"{req['lab']}.{req['target']}: the grader could not answer "
-                               f"({error})")
+            raise RuntimeError(f"{req['lab']}.{req['target']} (answered by the course's "
+                               f"reference while {self.lab} is graded): {error}")
         return reply["ok"]
 
     def lab_module(self):
@@ -318,6 +357,13 @@ class Server:
             jail.populate_mapped_files()        # library pages into the baseline (see there)
             return None
         module = self.lab_module()
+        if req["op"] == protocol.REFERENCE_CALL:    # a reference worker (see protocol)
+            call = req.get("call")
+            target = call.get("target") if isinstance(call, dict) else None
+            fn = getattr(module, target, None) if isinstance(target, str) else None
+            if not callable(fn) or target.startswith("_"):
+                raise AttributeError(f"{self.lab}.py has no function {target!r}")
+            return protocol.answer_callback(fn, call)
         if req["op"] == "probe":  # the names the contract requires that the module lacks
             return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
         if req["op"] == "run_staged":
@@ -333,7 +379,6 @@ class Server:
             except wire.PeerClosed:
                 return
             self.stdout.take()
-            self.callbacks = 0
             self.seq += 1
             try:
                 reply = {"ok": self.handle(req)}
@@ -363,9 +408,10 @@ def serve(sock, config, bindings) -> None:
     sys.stdout = sys.stderr = server.stdout
     sys.path[:] = [p for p in sys.path if p and p != "."]  # never the cwd
     forbidden.install(config["lab"], config["forbidden"], bindings)
-    # Lab modules come only from the submission folder, ahead of every other finder; the
-    # other labs this lab may import are the grader's proxies, ahead of those.
-    sys.meta_path.insert(0, LabFinder(config["folder"], config["lab"], config["forbidden"]))
-    if config.get("provided"):
-        sys.meta_path.insert(0, OtherLabs(server, config["provided"]))
+    # Lab modules come only from the submission folder, ahead of every other finder; which
+    # other labs (and names) this lab may import is decided ahead of those (LabImports).
+    finder = LabFinder(config["folder"], config["lab"], config["forbidden"])
+    sys.meta_path.insert(0, finder)
+    sys.meta_path.insert(0, LabImports(server, config["lab"], config.get("importable") or {},
+                                       config.get("answered_by") or "own", finder))
     server.serve()
