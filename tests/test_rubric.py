@@ -279,14 +279,14 @@ CASES = {
         "version: 1\nlabs:\n  lab1_attention:\n",
         [
             "{p}:3: labs.lab1_attention: expected a mapping with keys title, file, tolerance, "
-            "time_limit_s, forbidden, tests, got nothing (null)"
+            "time_limit_s, forbidden, exports, tests, got nothing (null)"
         ],
     ),
     "unknown lab key": (
         lab_rubric(extra="titel: Typo\n"),
         [
             "{p}:6: labs.lab1_attention.titel: unknown key 'titel' (did you mean 'title'?); "
-            "allowed keys: title, file, tolerance, time_limit_s, forbidden, tests"
+            "allowed keys: title, file, tolerance, time_limit_s, forbidden, exports, tests"
         ],
     ),
     "title missing": (
