@@ -92,6 +92,7 @@ class InProcessWorker:
         # the floor answers those calls but measures nothing of them (a reading of this
         # busy process would make the tests' outcomes depend on the benchmark's own work).
         self.alive, self.pid = True, _idle_pid()
+        self.load_delay_s = 0.0       # no wait for a CPU to credit: it runs in this process
         self.on_callback = None
         self.queue: list[bytes] = []
         self.handler_s = 0.0            # thread CPU seconds spent in the lab code's handler
@@ -133,8 +134,9 @@ class InProcessZygote:
         self.workers: list[InProcessWorker] = []
 
     def spawn(self, *, submission: str, lab: str, forbidden: list[str],
-              provided: dict | None = None) -> InProcessWorker:
-        # ``provided`` needs no callbacks here: the reference lab modules import each other.
+              importable: dict | None = None, answered_by: str = "own") -> InProcessWorker:
+        # ``importable`` needs no calls answered here: the reference lab modules import
+        # each other.
         worker = InProcessWorker(lab)
         self.workers.append(worker)
         return worker
