@@ -24,6 +24,8 @@ import os
 import random
 import sys
 import time
+
+import yaml
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,12 +37,13 @@ from grader.authoring.stubs import strip_solutions  # noqa: E402
 from grader.batch.integrity import SOLUTIONS, THRESHOLD, lab_report, lab_reports  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "submissions"
-# Fixture files written by editing another source, not independently: not honest students
-# (a pair of them is a copy, and the report flags it: lab 6 0.81, lab 8 0.93-0.97).
-# ok_lab6_unfold is ok_lab6_einsum_streams with one function rewritten; the lab 8 ones are
-# the reference with a change or two.
-DERIVED = {"ok_lab6_unfold", "ok_lab8_returns_deepcopy_of_best", "ok_lab8_training_tricks",
-           "ok_lab8_einsum"}
+
+
+def derived(fixture: Path) -> bool:
+    """Whether an ok_ fixture was written by editing another source (its expect.yaml says
+    ``derived_from``), not independently: not an honest student here (a pair of them is a
+    copy, and the report rightly flags it: lab 6 0.81, lab 8 0.93-0.97)."""
+    return bool((yaml.safe_load((fixture / "expect.yaml").read_text()) or {}).get("derived_from"))
 
 
 def course() -> dict[str, dict]:
@@ -50,7 +53,7 @@ def course() -> dict[str, dict]:
         solution = path.read_text(encoding="utf-8")
         honest = {"ref": solution}
         for fixture in sorted(FIXTURES.glob("ok_*")):
-            if (fixture / path.name).is_file() and fixture.name not in DERIVED:
+            if (fixture / path.name).is_file() and not derived(fixture):
                 honest[fixture.name] = (fixture / path.name).read_text(encoding="utf-8")
         labs[path.stem] = {"solution": solution, "honest": honest,
                            "stub": strip_solutions(solution, path=str(path))}
