@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import torch
 
 from helpers import grade, make_submission
 from grader import paths
@@ -62,6 +63,17 @@ def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zyg
         with pytest.raises(RuntimeError, match="course's lab1_attention"):
             session._callback("lab2_multihead", protocol.callback_request(
                 "lab1_attention", "causal_mask", [16384, 16384], {}, 0))
+        # The same integer as a tensor (0-d, one element, an integer vector) or a float
+        # tensor of one element (torch.arange takes it): bounded the same (#25, item 4).
+        for n in (torch.tensor(5_000_000), torch.tensor([5_000_000]),
+                  torch.tensor([3, 5_000_000]), torch.tensor(5e6), torch.tensor([5e6]),
+                  torch.tensor(-(2**63)), [torch.tensor(5_000_000)]):
+            with pytest.raises(ValueError, match="bounded by"):
+                session._callback("lab2_multihead", protocol.callback_request(
+                    "lab1_attention", "causal_mask", [n, 1], {}, 0))
+        small = session._callback("lab2_multihead", protocol.callback_request(
+            "lab1_attention", "causal_mask", [torch.tensor(4)], {}, 0))
+        assert tuple(small.shape) == (4, 4)
         small = session._callback("lab2_multihead", protocol.callback_request(
             "lab1_attention", "causal_mask", [4], {}, 0))
         assert tuple(small.shape) == (4, 4)

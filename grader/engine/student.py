@@ -634,13 +634,28 @@ class GradResult:
 
 
 def _largest_number(value, depth: int = 0) -> float:
-    """The largest |x| of the Python numbers (not tensors, not bools) in ``value``."""
+    """The largest |x| of the numbers in ``value`` that may size work: Python numbers (not
+    bools), every value of an integer tensor (a length, a position, a count passed as
+    ``torch.tensor(n)``: ``range`` and ``torch.arange`` take it as they take ``n``), and the
+    value of a one-element floating tensor (``torch.arange(torch.tensor(5e6))`` works too).
+    NaN counts as nothing; an infinity as the largest number."""
     if depth > 16:
         return 0.0
     if isinstance(value, bool):
         return 0.0
     if isinstance(value, (int, float)):
         return float(min(abs(value), 10**300)) if value == value else 0.0
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.numel() == 0:
+            return 0.0
+        if value.is_floating_point() or value.is_complex():
+            if value.numel() != 1:
+                return 0.0          # data (queries, weights), not a size
+            x = abs(complex(value.detach().reshape(()).item()))
+            return float(min(x, 10**300)) if x == x else 0.0
+        t = value.detach()
+        # Python ints (no overflow at -2**63), no copy of the tensor.
+        return float(max(abs(int(t.max().item())), abs(int(t.min().item()))))
     if isinstance(value, (list, tuple)):
         return max((_largest_number(v, depth + 1) for v in value), default=0.0)
     if isinstance(value, dict):
