@@ -7,7 +7,9 @@ measured call; an honest import loses no points.
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,3 +109,74 @@ def test_lab8_using_its_own_lab1_keeps_full_marks(rubric, zygote, tmp_path):
                  labs=["lab8_train_transformer"]).lab("lab8_train_transformer")
     assert lab8.score == lab8.max_score, [(t.name, t.message) for t in lab8.tests
                                           if not t.passed]
+
+# ----------------------------------------------------------------- the grading process's peak
+
+# The most a submission's calls into other labs may add to the grading process's peak
+# resident memory, over the same grading of the reference (#25, item 2): the relay holds at
+# most one request (4 Mi numbers: 32 MiB) and one reply (64 MiB) at a time, each returned
+# to the kernel once sent.
+RELAY_PEAK_BOUND_MB = 300
+RELAY_FLOODS = ["atk_relay_floods_grader_memory", "atk_relay_mask_floods_grader_memory",
+                "atk_relay_unread_replies_flood_grader_memory"]
+
+
+def _grading_process_peak(submission, tmp_path, lab: str) -> tuple[float, float, dict]:
+    """``grader grade --lab lab`` in a fresh process (every test's time limit 4 s): its peak
+    resident memory (MB, VmHWM read from /proc from outside while it runs, every 20 ms),
+    its CPU time (s, its own and its threads', not its workers') and its results."""
+    import json
+    import re
+    import subprocess
+    import sys
+    import time
+
+    rubric_path = tmp_path / "rubric.yaml"
+    rubric_path.write_text(re.sub(r"time_limit_s:\s*[\d.]+", "time_limit_s: 4",
+                                  paths.RUBRIC.read_text()))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader.cli", "--rubric", str(rubric_path), "grade",
+         str(submission), "--out", str(out), "--lab", lab],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    peak_kb, ticks = 0, 0
+    while proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            break
+        found = re.search(r"VmHWM:\s+(\d+)", status)
+        if found:
+            peak_kb = max(peak_kb, int(found.group(1)))
+            ticks = int(stat[11]) + int(stat[12])
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    return peak_kb / 1024, ticks / os.sysconf("SC_CLK_TCK"), results
+
+
+@pytest.fixture(scope="module")
+def reference_grading_peak(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reference")
+    submission = tmp / "s"
+    submission.mkdir()
+    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+        shutil.copyfile(f, submission / f.name)
+    peak, cpu, _ = _grading_process_peak(submission, tmp, "lab2_multihead")
+    return peak, cpu
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RELAY_FLOODS)
+def test_calls_into_other_labs_leave_the_grading_process_within_a_fixed_bound(
+        name, tmp_path, reference_grading_peak):
+    """Replies near the cap, asked again and again, or asked without reading the answers:
+    the grading process's peak stays within RELAY_PEAK_BOUND_MB of the reference's grading
+    (on main: 1643, 1546 and 2883 MB against 259 MB)."""
+    base_peak, _base_cpu = reference_grading_peak
+    submission = _with_attack(name, tmp_path / "s")
+    peak, cpu, results = _grading_process_peak(submission, tmp_path, "lab2_multihead")
+    assert results["extra_data"]["labs"]["lab2_multihead"]["score"] == 0
+    assert peak < base_peak + RELAY_PEAK_BOUND_MB, (name, peak, base_peak, cpu)

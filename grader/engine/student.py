@@ -18,8 +18,8 @@ import torch
 
 from grader import paths
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
-from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
-                            protocol, usage, wire)
+from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
+                            memcg, protocol, usage, wire)
 from grader.sandbox.channel import LOAD_STRETCH_MAX
 from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
@@ -132,7 +132,12 @@ MAX_CALLBACK_ELEMENTS = 1 << 22   # numbers in one call into another lab (4 Mi: 
 # A number argument of a call into another lab sizes work (a length, a position, a chunk
 # count): bounded like the tensors' sizes.
 MAX_CALLBACK_SCALAR = MAX_CALLBACK_ELEMENTS
-MAX_CALLBACK_REPLY_BYTES = 80 << 20   # a reference worker's reply: value and gradients
+MAX_CALLBACK_REPLY_BYTES = 64 << 20   # a reference worker's reply: value and gradients
+# Bytes of tensors relayed between a test's workers and the reference workers, both ways
+# (a test's calls into other labs): what the grading process may copy for one test (its
+# CPU time; an honest lab 8 training through its own lab 1: see docs/security.md). The
+# relay holds at most one request and one reply at a time.
+MAX_RELAYED_BYTES_PER_TEST = 8 << 30
 
 
 @dataclass
@@ -194,9 +199,14 @@ class Session:
     reference_workers: dict = field(default_factory=dict)
     reference_cpu_ns: int = 0
     measuring: bool = False
+    relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
 
     def __post_init__(self):
+        # Every large buffer of this process (a relayed request or reply, a worker's reply)
+        # gets its own mapping, returned to the kernel when freed: its peak is what it held
+        # at once, not what glibc's heap kept after a burst of replies (#25).
+        jail.map_large_allocations()
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
         self.recorder = PlanRecorder(self.recording) if self.recording is not None else None
 
@@ -228,6 +238,7 @@ class Session:
             if worker.alive and worker.has_children():
                 worker.kill()
         self.time_limit_s = time_limit_s
+        self.relayed_bytes = 0
         self.deadline = time.monotonic() + time_limit_s
         self.load_credit_s = LOAD_STRETCH_MAX * time_limit_s
         self.calls = []
@@ -489,11 +500,14 @@ class Session:
             self._credit_load(worker)
         return self._reply_value(worker, lab, reply)
 
-    def _callback(self, lab: str, req) -> object:
+    def _callback(self, lab: str, req, raw: wire.Raw | None = None) -> object:
         """The course's reference answering a call that ``lab``'s code made into another lab:
         checked and bounded here, computed in a reference worker (nothing runs in this
         trusted process but the relay of values). Raises (the student's call then raises,
-        with the message) to refuse."""
+        with the message) to refuse. ``raw``: the request as it came (``wire.Raw``): its
+        bytes go on to the reference worker as they are, and its reply comes back as a
+        ``wire.Raw`` to relay as it is (no tensor is rebuilt or copied here); else the
+        reply's value."""
         if not isinstance(req, dict) or not isinstance(req.get("args"), list) \
                 or not isinstance(req.get("kwargs"), dict) \
                 or not isinstance(req.get("seed"), int) \
@@ -517,11 +531,22 @@ class Session:
             raise ValueError(f"{other}.{target} was given the number {big:.6g}: numbers that "
                              f"size work (lengths, positions, counts) are bounded by "
                              f"{MAX_CALLBACK_SCALAR} in calls into other labs")
-        return self._reference_answer(lab, other, protocol.reference_call_request(req))
+        sent = len(raw.payload) if raw is not None else sum(
+            t.numel() * t.element_size() for t in protocol.flat_tensors(inputs))
+        if self.relayed_bytes + sent > MAX_RELAYED_BYTES_PER_TEST:
+            raise ValueError(
+                f"this test's calls into other labs have moved {self.relayed_bytes >> 20} "
+                f"MiB of tensors to and from the course's reference, and at most "
+                f"{MAX_RELAYED_BYTES_PER_TEST >> 30} GiB may move in one test: a call into "
+                f"another lab copies its inputs and its answer between processes, so pass "
+                f"it only what it needs (compute large or repeated results once, in {lab})")
+        self.relayed_bytes += sent
+        return self._reference_answer(lab, other, protocol.reference_call_request(req), raw)
 
-    def _reference_answer(self, lab: str, other: str, req: dict):
+    def _reference_answer(self, lab: str, other: str, req: dict, raw: wire.Raw | None = None):
         """``req`` answered by the reference worker of (``lab``, ``other``), within the
-        current test's time: its value, or ValueError / RuntimeError saying why not."""
+        current test's time: its value (a ``wire.Raw`` of it with ``raw``, the student's
+        request as it came), or ValueError / RuntimeError saying why not."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise RuntimeError("the test's time limit is spent")
@@ -543,8 +568,16 @@ class Session:
             before = usage.reading(worker.pid).cpu_ns
         except OSError:
             before = None
+        kept = None
         try:
-            reply = worker.request(req, timeout_s=remaining)
+            if raw is None:
+                reply = worker.request(req, timeout_s=remaining)
+            else:
+                # The request's header with the student's tensors' bytes, as they came.
+                worker.send_parts_ahead(wire.parts(
+                    {"op": protocol.REFERENCE_CALL, "call": raw.tree}, raw.payload), count=1)
+                del raw
+                reply, kept = worker.receive(timeout_s=remaining, raw=True)
         except WorkerTimeout:
             raise RuntimeError(f"the course's {other} did not answer within the test's time "
                                f"limit of {self.time_limit_s:g} s (its time is this "
@@ -552,7 +585,7 @@ class Session:
         except WorkerDied as exc:
             raise RuntimeError(f"the course's {other} stopped on these inputs: a limit "
                                f"(memory, CPU time) or a reply over "
-                               f"{MAX_CALLBACK_REPLY_BYTES >> 20} MiB [{exc}]") from None
+                               f"{worker.reply_bytes >> 20} MiB [{exc}]") from None
         finally:
             with contextlib.suppress(OSError, TypeError):
                 self.reference_cpu_ns += usage.reading(worker.pid).cpu_ns - before
@@ -570,7 +603,14 @@ class Session:
         if "ok" not in reply:
             worker.kill()
             raise RuntimeError(f"the course's {other} sent a malformed reply")
-        return reply["ok"]
+        if kept is None:
+            return reply["ok"]
+        value = kept.part("ok")
+        if value is None:                   # tensors outside its value: not relayed
+            worker.kill()
+            raise RuntimeError(f"the course's {other} sent a malformed reply")
+        self.relayed_bytes += len(value.payload)
+        return value
 
     def _end_reference_workers(self) -> None:
         for worker in self.reference_workers.values():
