@@ -93,8 +93,9 @@ def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zyg
 
 
 def test_work_handed_to_lab1_fails_the_measured_tests_only(rubric, zygote, tmp_path):
-    """Lab 6 handing its attention to lab 1: right values (unmeasured calls are answered),
-    but a measured call refuses calls into other labs, and says so."""
+    """Lab 6 handing its attention to lab 1: right values, but in a measured call what the
+    reference worker used for it is the call's (#25): the (L, L) scores lab 1 builds are
+    in the peak, and the memory test fails on them."""
     submission = make_submission("bug_lab6_memory_through_lab1", tmp_path / "s")
     lab6 = grade(submission, rubric=rubric, zygote=zygote,
                  labs=["lab6_efficient_attention"]).lab("lab6_efficient_attention")
@@ -104,7 +105,7 @@ def test_work_handed_to_lab1_fails_the_measured_tests_only(rubric, zygote, tmp_p
     assert all("memory" in name or "work" in name or "grows" in name for name in failed), \
         sorted(failed)
     public = failed["test_chunked_attention_memory_stays_linear"]
-    assert "not answered during a measured call" in public, public
+    assert "score matrix" in public and "as much was held" in public, public
 
 
 @pytest.mark.slow
@@ -116,6 +117,7 @@ def test_lab8_using_its_own_lab1_keeps_full_marks(rubric, zygote, tmp_path):
                  labs=["lab8_train_transformer"]).lab("lab8_train_transformer")
     assert lab8.score == lab8.max_score, [(t.name, t.message) for t in lab8.tests
                                           if not t.passed]
+
 
 # ----------------------------------------------------------------- the grading process's peak
 

@@ -196,10 +196,12 @@ class Session:
     trained: dict = field(default_factory=dict)
     # The reference workers answering calls into other labs: (calling lab, other lab) ->
     # Worker; the CPU time they spent since ``reference_cpu_ns`` was last reset (a
-    # training's is the student's); ``measuring``: a measured call is running (refused).
+    # training's is the student's); ``measuring``: a measured call's own reference workers
+    # (fresh ones, ended with it: what they use in its window is the call's, see
+    # ``_MeasuredReferences``), or None.
     reference_workers: dict = field(default_factory=dict)
     reference_cpu_ns: int = 0
-    measuring: bool = False
+    measuring: "_MeasuredReferences | None" = None
     relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
 
@@ -389,9 +391,9 @@ class Session:
         worker = setup = call = None
         try:
             worker = self._spawn(lab, reference=reference)
-            # Calls into other labs are refused until it ends: a reference worker's work
-            # would escape this measurement (and launder what the lab may not use).
-            self.measuring = True
+            # Calls into other labs go to reference workers of this measurement's own, and
+            # what they use during the measured call is the call's (``_MeasuredReferences``).
+            self.measuring = _MeasuredReferences()
             setup = memcg.group()
             if setup is not None:
                 setup.add(worker.pid)       # what the import and the warm-up hold is read here
@@ -408,11 +410,15 @@ class Session:
                 call.add(worker.pid)        # only what the call faults in from here counts
             else:
                 usage.reset_peak(worker.pid)
+            self.measuring.start(call)
             before = usage.reading(worker.pid)
             value = self._exchange(worker, lab, protocol.run_staged_request())
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
-            call_peak = call.peak() if call is not None else used.peak_bytes
+            others = self.measuring.used()
+            used = replace(used, cpu_s=used.cpu_s + others.cpu_s)
+            # With a cgroup, the reference workers are in it (its peak is of the sum).
+            call_peak = call.peak() if call is not None else used.peak_bytes + others.peak_bytes
             used = replace(used, peak_bytes=usage.charged(
                 imported=imported - held, kept_by_warmup=warmed - imported,
                 call_peak=call_peak))
@@ -431,7 +437,9 @@ class Session:
                 self._record(RecordedCall(lab, req, error=error))
             raise error from None
         finally:
-            self.measuring = False
+            if self.measuring is not None:
+                self.measuring.end()
+            self.measuring = None
             if worker is not None:
                 worker.kill()
             for group in (setup, call):
@@ -518,10 +526,6 @@ class Session:
         if target not in (self.importable.get(lab) or {}).get(other, ()):
             raise ValueError(f"{other}.{target} is not importable by {lab} (only the "
                              "contract functions of earlier labs are)")
-        if self.measuring:
-            raise ValueError(f"calls into other labs are not answered during a measured call "
-                             f"(a resource test measures {lab}'s own work): compute it in "
-                             f"{lab} itself")
         inputs = [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]
         size = sum(t.numel() for t in protocol.flat_tensors(inputs))
         if size > MAX_CALLBACK_ELEMENTS:
@@ -551,7 +555,10 @@ class Session:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise RuntimeError("the test's time limit is spent")
-        worker = self.reference_workers.get((lab, other))
+        # A measured call's calls go to reference workers of its own (``measuring``).
+        pool = self.measuring.workers if self.measuring is not None \
+            else self.reference_workers
+        worker = pool.get((lab, other))
         if worker is None or not worker.alive:
             try:
                 worker = self.zygote.spawn(
@@ -564,12 +571,14 @@ class Session:
                 self.fault = self.fault or exc
                 raise RuntimeError(f"the sandbox failed: {exc}") from None
             worker.reply_bytes = min(worker.reply_bytes, MAX_CALLBACK_REPLY_BYTES)
-            self.reference_workers[(lab, other)] = worker
+            pool[(lab, other)] = worker
+            if self.measuring is not None:
+                self.measuring.joined(worker)
         try:
             before = usage.reading(worker.pid).cpu_ns
         except OSError:
             before = None
-        kept = None
+        kept = reply = None
         try:
             if raw is None:
                 reply = worker.request(req, timeout_s=remaining)
@@ -588,8 +597,18 @@ class Session:
                                f"(memory, CPU time) or a reply over "
                                f"{worker.reply_bytes >> 20} MiB [{exc}]") from None
         finally:
+            spent = None
             with contextlib.suppress(OSError, TypeError):
-                self.reference_cpu_ns += usage.reading(worker.pid).cpu_ns - before
+                spent = usage.reading(worker.pid).cpu_ns - before
+                self.reference_cpu_ns += spent
+            if self.measuring is not None:
+                # The answer's own CPU time as the reference worker timed it (the course's
+                # code around the reference function), never more than the kernel counted
+                # for the whole exchange; the whole exchange where there is no such figure.
+                told = reply.get("cpu_ns") if isinstance(reply, dict) else None
+                if type(told) is int and told >= 0 and spent is not None:
+                    spent = min(spent, told)
+                self.measuring.spent(spent or 0)
         if not isinstance(reply, dict):
             worker.kill()
             raise RuntimeError(f"the course's {other} sent a malformed reply")
@@ -655,6 +674,73 @@ class Session:
         for scratch in self.references.values():
             scratch.cleanup()
         self.references.clear()
+
+
+class _MeasuredReferences:
+    """The reference workers answering a measured call's calls into other labs, fresh for
+    it and ended with it: what they use in the measured call's window is the call's (#25,
+    "what the reference worker spends for a student is the student's"). Those of its
+    warm-up (or its import) pay their one-time costs there, as the student's worker does;
+    from ``start`` each is in the call's memory cgroup (the cgroup's peak is then that of
+    the worker and the reference workers together), or, without one, its resident peak
+    is reset and what it rose by is added. CPU time: each answer's own, as the reference
+    worker timed the course's function on the student's inputs (``spent``; at most what
+    the kernel counted for the exchange), so the call pays for the work it handed over,
+    not for the relay's framing, which an inline computation would not have. A reference
+    worker first asked during the call itself joins at once."""
+
+    def __init__(self):
+        self.workers: dict = {}             # (calling lab, other lab) -> Worker
+        self.group = None
+        self.started = False
+        self.cpu_ns = 0                     # the answers' CPU time since ``start``
+        self.calls = 0
+        self._base: dict = {}               # pid -> Usage at ``start`` (or when it joined)
+
+    def joined(self, worker: Worker) -> None:
+        if self.started:
+            self._charge(worker)
+
+    def start(self, group) -> None:
+        self.group, self.started = group, True
+        for worker in self.workers.values():
+            if worker.alive:
+                self._charge(worker)
+
+    def spent(self, cpu_ns: int) -> None:
+        if self.started:
+            self.cpu_ns += max(0, cpu_ns)
+            self.calls += 1
+
+    def _charge(self, worker: Worker) -> None:
+        try:
+            if self.group is not None:
+                self.group.add(worker.pid)
+            else:
+                usage.reset_peak(worker.pid)
+            self._base[worker.pid] = usage.reading(worker.pid)
+        except OSError:
+            worker.kill()                   # not measurable: not used (its call fails)
+
+    def used(self) -> Measured:
+        """What the reference workers used since ``start``: the answers' CPU time, and
+        (summed, an upper bound of their peak together) their resident peaks' rise."""
+        peak = 0
+        for worker in self.workers.values():
+            base = self._base.get(worker.pid)
+            if base is None:
+                continue
+            try:
+                now = usage.reading(worker.pid)
+            except OSError:
+                continue
+            peak += max(0, now.peak - max(base.resident, base.peak))
+        return Measured(peak_bytes=peak, cpu_s=self.cpu_ns / 1e9, other_processes=False)
+
+    def end(self) -> None:
+        for worker in self.workers.values():
+            worker.kill()
+        self.workers.clear()
 
 
 @dataclass

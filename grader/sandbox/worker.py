@@ -20,6 +20,7 @@ import io
 import os
 import re
 import sys
+import time
 import traceback
 
 import torch
@@ -278,6 +279,7 @@ class Server:
         self.seq = 0                    # requests taken so far; each reply carries its number
         self.staged = None              # a request held by "stage" until "run_staged"
         self.mapped = False             # jail.map_large_allocations() done
+        self.answer_cpu_ns = None       # a reference call's own CPU time (see handle)
 
     def callback(self, req: dict):
         """Ask the grader for another lab's answer (protocol "Callbacks"); its value. No
@@ -369,7 +371,12 @@ class Server:
             fn = getattr(module, target, None) if isinstance(target, str) else None
             if not callable(fn) or target.startswith("_"):
                 raise AttributeError(f"{self.lab}.py has no function {target!r}")
-            return protocol.answer_callback(fn, call)
+            # The CPU time of the answer itself (every thread of this process), reported
+            # with it: a measured call is charged this, not the relay's framing (#25).
+            started = time.process_time_ns()
+            value = protocol.answer_callback(fn, call)
+            self.answer_cpu_ns = time.process_time_ns() - started
+            return value
         if req["op"] == "probe":  # the names the contract requires that the module lacks
             return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
         if req["op"] == "run_staged":
@@ -394,6 +401,8 @@ class Server:
                 reply = {"error": describe_exception(exc, self.folder)}
             reply["stdout"] = self.stdout.take()
             reply["forbidden"] = forbidden.take_violations()
+            if self.answer_cpu_ns is not None:
+                reply["cpu_ns"], self.answer_cpu_ns = self.answer_cpu_ns, None
             reply["seq"] = self.seq
             try:
                 frame = wire.encode(reply)
