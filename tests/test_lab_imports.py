@@ -16,7 +16,7 @@ import torch
 
 from helpers import grade, make_submission
 from grader import paths
-from grader.engine.student import MAX_CALLBACK_SCALAR, MAX_RELAYED_BYTES_PER_TEST, Session
+from grader.engine.student import MAX_CALLBACK_SCALAR, Session
 from grader.grading import Grader
 from grader.sandbox import make_scratch, protocol
 
@@ -80,8 +80,9 @@ def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zyg
             "lab1_attention", "causal_mask", [4], {}, 0))
         assert tuple(small.shape) == (4, 4)
         # What one test may have relayed is capped (the grading process's CPU), saying so.
-        session.relayed_bytes = MAX_RELAYED_BYTES_PER_TEST
-        with pytest.raises(ValueError, match="may move in one test"):
+        assert session.relay_cap() == 20 * (256 << 20)      # 256 MiB a second of its limit
+        session.relayed_bytes = session.relay_cap()
+        with pytest.raises(ValueError, match="5120 MiB may move in this test"):
             session._callback("lab2_multihead", protocol.callback_request(
                 "lab1_attention", "causal_mask", [torch.tensor(4)], {}, 0))
         session.start_test(20, test="t2", lab="lab2_multihead")

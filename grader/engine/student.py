@@ -134,11 +134,13 @@ MAX_CALLBACK_ELEMENTS = 1 << 22   # numbers in one call into another lab (4 Mi: 
 MAX_CALLBACK_SCALAR = MAX_CALLBACK_ELEMENTS
 MAX_CALLBACK_REPLY_BYTES = 64 << 20   # a reference worker's reply: value and gradients
 # Bytes of tensors relayed between a test's workers and the reference workers, both ways
-# (a test's calls into other labs): what the grading process may copy for one test (its
-# CPU time). An honest lab 8 training through its own lab 1 relays ~13.6 MB a step (7.1
-# GB in one training here; the reference loop's 3,000 steps at most would be 41 GB); see
-# docs/security.md. The relay holds at most one request and one reply at a time.
-MAX_RELAYED_BYTES_PER_TEST = 64 << 30
+# (a test's calls into other labs), for each second of the test's time limit: what the
+# grading process may copy for one test (its CPU time: ~0.8 s a GB relayed, measured). An
+# honest lab 8 training through its own lab 1 relays ~13.6 MB a step (7.1 GB in one
+# training here; the reference loop's 3,000 steps at most would be 41 GB, within the 40
+# GiB of its 160 s test); lab 2's 10 s tests may relay 2.5 GiB. See docs/security.md.
+# The relay holds at most one request and one reply at a time.
+MAX_RELAYED_BYTES_PER_SECOND = 256 << 20
 
 
 @dataclass
@@ -538,15 +540,21 @@ class Session:
                              f"{MAX_CALLBACK_SCALAR} in calls into other labs")
         sent = len(raw.payload) if raw is not None else sum(
             t.numel() * t.element_size() for t in protocol.flat_tensors(inputs))
-        if self.relayed_bytes + sent > MAX_RELAYED_BYTES_PER_TEST:
+        cap = self.relay_cap()
+        if self.relayed_bytes + sent > cap:
             raise ValueError(
                 f"this test's calls into other labs have moved {self.relayed_bytes >> 20} "
                 f"MiB of tensors to and from the course's reference, and at most "
-                f"{MAX_RELAYED_BYTES_PER_TEST >> 30} GiB may move in one test: a call into "
-                f"another lab copies its inputs and its answer between processes, so pass "
-                f"it only what it needs (compute large or repeated results once, in {lab})")
+                f"{cap >> 20} MiB may move in this test ({MAX_RELAYED_BYTES_PER_SECOND >> 20} "
+                f"MiB for each second of its time limit): a call into another lab copies its "
+                f"inputs and its answer between processes, so pass it only what it needs "
+                f"(compute large or repeated results once, in {lab})")
         self.relayed_bytes += sent
         return self._reference_answer(lab, other, protocol.reference_call_request(req), raw)
+
+    def relay_cap(self) -> int:
+        """Bytes of tensors the current test's calls into other labs may move, both ways."""
+        return int(MAX_RELAYED_BYTES_PER_SECOND * self.time_limit_s)
 
     def _reference_answer(self, lab: str, other: str, req: dict, raw: wire.Raw | None = None):
         """``req`` answered by the reference worker of (``lab``, ``other``), within the
