@@ -46,7 +46,7 @@ DERIVED = {"ok_lab6_unfold", "ok_lab8_returns_deepcopy_of_best", "ok_lab8_traini
 def course() -> dict[str, dict]:
     """lab -> {solution, stub, honest: {origin: source}}."""
     labs = {}
-    for path in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for path in sorted((paths.KIT / "solutions").glob("lab*.py")):
         solution = path.read_text(encoding="utf-8")
         honest = {"ref": solution}
         for fixture in sorted(FIXTURES.glob("ok_*")):
