@@ -32,7 +32,6 @@ from grader.course import Course
 from grader.errors import BundleError
 from grader.outputs.atomic import atomic_open
 from grader.authoring.student_text import student_contract, student_stub
-from grader.rubric import load_rubric
 from grader.secret import SECRET_FILE
 
 DEFAULT_DEPENDENCIES = ["torch==2.13.0", "numpy", "pytest>=8", "pyyaml>=6", "rich>=13"]
@@ -107,12 +106,13 @@ def pyproject_text(*, name: str, description: str, dependencies: list[str],
     )
 
 
-def public_rubric_text(rubric_path: Path) -> str:
-    """rubric.yaml with the hidden tests removed (their names, points and settings)."""
+def public_rubric_text(course: Course) -> str:
+    """The course's rubric.yaml with the hidden tests removed (their names, points and
+    settings)."""
     import yaml
 
-    rubric = load_rubric(rubric_path)  # validates; raises RubricError naming file:line
-    raw = yaml.safe_load(Path(rubric_path).read_text(encoding="utf-8"))
+    rubric = course.rubric
+    raw = yaml.safe_load(Path(course.rubric_path).read_text(encoding="utf-8"))
     for lab_name, lab in raw["labs"].items():
         public = [n for n, t in rubric.labs[lab_name].tests.items() if t.visibility == "public"]
         lab["tests"] = {n: lab["tests"][n] for n in public}
@@ -329,7 +329,6 @@ def build_release(out: str | Path, course: Course, *, package: Path = paths.PACK
                   classroom_workflow: bool = False, title: str = "Attention labs") -> Path:
     """Write ``course``'s student bundle to the new folder ``out`` (built aside, then
     renamed)."""
-    rubric_path = course.rubric_path
     out = Path(out).resolve()
     _fresh_output_dir(out)
     rubric = course.rubric
@@ -369,7 +368,7 @@ def build_release(out: str | Path, course: Course, *, package: Path = paths.PACK
         if contract.is_file():      # without the instructor notes
             _write(staging / "docs" / "LAB_CONTRACT.md",
                    student_contract(contract.read_text(encoding="utf-8")))
-        _write(staging / "rubric.yaml", public_rubric_text(rubric_path))
+        _write(staging / "rubric.yaml", public_rubric_text(course))
         deps = course_dependencies()
         _write(staging / "pyproject.toml", pyproject_text(
             name="attention-labs-student", description=f"{title}: exercises and public tests",

@@ -89,7 +89,9 @@ class SandboxedGrades(NbGraderPreprocessor):
         if not self.course:
             raise UsageError("nbgrader_config.py names no grader course "
                              "(c.SandboxedGrades.course): regenerate it with `grader notebooks`")
-        course = Course(self.course)
+        if getattr(self, "_course", None) is None:    # one Course for every notebook
+            self._course = Course(self.course)
+        course = self._course
         rubric = course.rubric
         outcomes, reason = self._grade(nb, lab, course)
         spec = rubric.labs.get(lab)

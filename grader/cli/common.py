@@ -1,5 +1,6 @@
-"""What the command modules share: the rubric the user named (``--rubric``), or the course's,
-and ``--lab`` lists. Imports nothing heavy (no torch): ``grader --help`` loads this."""
+"""What the command modules share: the course (``--course``, found once here; ``--rubric``),
+made into one ``Course`` per command, and ``--lab`` lists. Imports nothing heavy (no torch):
+``grader --help`` loads this."""
 
 from __future__ import annotations
 
