@@ -108,13 +108,3 @@ class Course:
     def output_mode(self) -> str:
         """Who may read the files the grader writes: the rubric's ``output_mode``."""
         return self.rubric.output_mode
-
-    def with_rubric(self, rubric: Rubric) -> "Course":
-        """This course with ``rubric`` (a variant: fewer labs, other limits) in place of its
-        own; checked against the suites on first use, like any."""
-        return Course(self.folder, rubric, secret=self._secret)
-
-    def with_secret(self, secret: bytes) -> "Course":
-        other = Course(self.folder, self._rubric or self.rubric_path, secret=secret)
-        other._problems = self._problems
-        return other
