@@ -156,3 +156,17 @@ def test_only_the_cli_reads_the_course_from_the_environment():
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             offenders.append(f"paths.py:{node.lineno}: computes attributes on access")
     assert offenders == []
+
+
+def test_nbgrader_config_names_the_course_it_was_built_from(tmp_path, monkeypatch):
+    """nbgrader autograde grades with the course ``grader notebooks`` was run for, named in
+    nbgrader_config.py: not whatever GRADER_COURSE_DIR says when nbgrader runs."""
+    import json
+
+    from grader.authoring.course_notebooks import CONFIG_FILE, course_files
+    from grader.course import Course
+
+    a = _course_copy(tmp_path / "a", secret="aa" * 32, title="A")
+    monkeypatch.setenv("GRADER_COURSE_DIR", str(tmp_path / "elsewhere"))
+    config = course_files(Course(a), labs=["lab1_attention"])[CONFIG_FILE]
+    assert f"c.SandboxedGrades.course = {json.dumps(str(a.resolve()))}\n" in config
