@@ -78,7 +78,7 @@ def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release)
     assert not (release / "grader" / "suites" / "hidden").exists()
     assert not (release / "solutions").exists()
     # Never the course secret (hidden inputs derive from it), by name or by value.
-    secret = course_secret().hex().encode()
+    secret = course_secret(paths.KIT).hex().encode()
     assert not [p for p in release.rglob("*") if p.name == SECRET_FILE or (
         p.is_file() and secret in p.read_bytes())]
     assert not list(release.rglob("__pycache__")) and not list(release.rglob("*.pyc"))
@@ -188,7 +188,9 @@ def test_release_classroom_workflow_fetches_the_grader_from_a_secret(tmp_path):
     text = json.dumps(steps)
     assert "secrets.GRADER_BUNDLE_URL" in text
     grade = next(s for s in steps if s.get("id") == "labs")
-    assert "grader.cli classroom" in grade["run"] and "--github-output" in grade["run"]
+    # The bundle is the course, named on the command line (not through the environment).
+    assert 'grader.cli --course "$RUNNER_TEMP/grader" classroom' in grade["run"]
+    assert "--github-output" in grade["run"] and "GRADER_COURSE_DIR" not in grade["run"]
     # The grader runs from the downloaded bundle, never from the student's checkout.
     assert grade["working-directory"] == "${{ runner.temp }}/grader"
     assert "PYTHONPATH=$RUNNER_TEMP/grader" in grade["run"]
@@ -328,7 +330,7 @@ def test_zip_has_gradescope_entry_points_and_the_whole_grader(autograder_zip):
             assert stat.S_IMODE(infos[script].external_attr >> 16) == 0o755
             assert zf.read(script).startswith(b"#!/usr/bin/env bash\n")
         # The course secret travels with the autograder: its hidden inputs are the course's.
-        assert zf.read(SECRET_FILE).decode().strip() == course_secret().hex()
+        assert zf.read(SECRET_FILE).decode().strip() == course_secret(paths.KIT).hex()
         for needed in ("rubric.yaml", "requirements.txt", "pyproject.toml", "autograder.json",
                        "grader/grading.py", "grader/autograder/gradescope.py",
                        "grader/suites/pytest.ini"):
