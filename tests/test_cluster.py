@@ -370,9 +370,10 @@ class _StuckService:
     """A worker's grading service that never answers (a grader hung on a student)."""
     made = 0
 
-    def __init__(self, labs):
+    def __init__(self, course, labs):
         import queue
         type(self).made += 1
+        self.course = course
         self.ready, self.failure, self.jobs = threading.Event(), "", queue.Queue()
         self.ready.set()
         self.abandoned = False
@@ -385,7 +386,7 @@ def test_a_student_past_the_budget_is_stopped_and_the_grader_replaced(monkeypatc
     from grader.batch import cluster
     monkeypatch.setattr(cluster, "GradingService", _StuckService)
     plugin = cluster.GradingPlugin(name="p", expected={}, course=str(paths.KIT), labs=None)
-    plugin.lock, plugin.service = threading.Lock(), _StuckService(None)
+    plugin.lock, plugin.service = threading.Lock(), _StuckService(None, None)
     stuck = plugin.service
     reply = plugin.grade({"student": "ada"}, budget_s=0.2)
     # The local pool's words; no files: the client writes a zero result, no fingerprint.
