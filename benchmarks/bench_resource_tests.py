@@ -52,11 +52,11 @@ def main(names: list[str]) -> None:
         return value, used
 
     student_mod.Session.measure = recording
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     zygote = Zygote(forbidden=rubric.all_forbidden).start()
     try:
         for name in names:
-            sub = (paths.SOLUTIONS if name == "solutions"
+            sub = ((paths.KIT / "solutions") if name == "solutions"
                    else make_submission(name, Path(tempfile.mkdtemp()) / "s"))
             records.clear()
             result = grade(sub, rubric=rubric, zygote=zygote, labs=list(RESOURCE_TESTS))

@@ -19,18 +19,18 @@ import os
 import secrets
 from pathlib import Path
 
-from grader import paths
 from grader.errors import UsageError
 
 SECRET_FILE = ".grader-secret"
 SECRET_BYTES = 32
 
 
-def secret_path(course: Path | None = None) -> Path:
-    return Path(course or paths.COURSE) / SECRET_FILE
+def secret_path(course: str | Path) -> Path:
+    """The secret's file in the course folder ``course``."""
+    return Path(course) / SECRET_FILE
 
 
-def course_secret(course: Path | None = None) -> bytes:
+def course_secret(course: str | Path) -> bytes:
     """The course's secret, created (atomically, at most once) if there is none yet."""
     path = secret_path(course)
     try:

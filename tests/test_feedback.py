@@ -128,7 +128,7 @@ def graded(rubric, zygote, tmp_path_factory):
                 captured.append((lab_of(item), item.originalname,
                                  self._rubric_test(item).tolerance, list(self.session.calls)))
 
-            submission = {"solutions": paths.SOLUTIONS, "exercises": paths.EXERCISES}.get(name)
+            submission = {"solutions": (paths.KIT / "solutions"), "exercises": (paths.KIT / "exercises")}.get(name)
             if submission is None:
                 submission = make_submission(name, tmp_path_factory.mktemp(name))
             with pytest.MonkeyPatch.context() as mp:
@@ -864,7 +864,7 @@ def test_feedback_of_dot_titles_the_folder_takes_labs_and_keeps_whole_sentences(
     folder = tmp_path / "alice"
     folder.mkdir()
     for lab in ("lab1_attention", "lab3_positional"):
-        (folder / f"{lab}.py").write_bytes((paths.SOLUTIONS / f"{lab}.py").read_bytes())
+        (folder / f"{lab}.py").write_bytes(((paths.KIT / "solutions") / f"{lab}.py").read_bytes())
     monkeypatch.chdir(folder)
     out = tmp_path / "out"
     assert main(["feedback", ".", "--out", str(out), "--public",

@@ -168,7 +168,7 @@ def _lab8_rubric(rubric, *, cpu_s=None, time_limit_s=None):
 def _with_train(tmp_path, body: str):
     """The reference lab 8 whose train() is ``body`` (a function's source)."""
     sub = make_submission("ok_lab8_einsum", tmp_path / "sub")
-    source = (paths.SOLUTIONS / f"{LAB}.py").read_text()
+    source = ((paths.KIT / "solutions") / f"{LAB}.py").read_text()
     (sub / f"{LAB}.py").write_text(source.split("\ndef train(")[0] + "\n" + body)
     return sub
 
@@ -234,7 +234,7 @@ def test_train_runs_once_per_submission_and_is_deterministic(rubric, zygote, tmp
                                                              monkeypatch):
     """The four outcome tests share one training; the same file and seed train the same
     weights in another worker. (A fresh file: the tests' shared trainings do not apply.)"""
-    source = (paths.SOLUTIONS / f"{LAB}.py").read_text() + f"\n# {uuid.uuid4()}\n"
+    source = ((paths.KIT / "solutions") / f"{LAB}.py").read_text() + f"\n# {uuid.uuid4()}\n"
     replies = []
     original = getattr(Session._train_once, "__wrapped__", Session._train_once)
 
@@ -279,7 +279,7 @@ def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote):
     the hidden outcome tests keep no picture."""
     from grader.diagnose import LOSS_POINTS
     from grader.outputs.html import render_feedback_html
-    result = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote, labs=[LAB])
+    result = grade((paths.KIT / "solutions"), rubric=rubric, zygote=zygote, labs=[LAB])
     tests = _tests(result)
     assert result.lab(LAB).score == result.lab(LAB).max_score
     (curve,) = tests["test_train_returns_a_trained_model_within_budget"].artifacts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import grade, make_submission
+from grader import paths
 
 LAB5, LAB6 = "lab5_decoder", "lab6_efficient_attention"
 CHUNKED_MEMORY = "test_chunked_attention_memory_stays_linear"
@@ -130,7 +131,8 @@ def test_a_wall_limit_follows_the_cpu_the_worker_was_given(zygote):
     from grader.engine.student import Session, StudentError, StudentLab
     from grader.sandbox import make_scratch
     scratch = make_scratch({"lab9_spin.py": SPIN})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     lab = StudentLab(session, "lab9_spin")
     hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
     try:
@@ -162,7 +164,8 @@ def test_a_tests_later_call_keeps_the_time_load_took_from_its_earlier_ones(zygot
     from grader.engine.student import Session, StudentLab
     from grader.sandbox import make_scratch
     scratch = make_scratch({"lab9_spin.py": SPIN})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     lab = StudentLab(session, "lab9_spin")
     session.start_test(10.0, lab="lab9_spin")
     lab.call("spin", 0.0)                        # the worker started before the hogs

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 import torch
 
+from grader import paths
 from grader.engine.compare import (Mismatch, assert_memory_within,
                                    assert_work_grows_within)
 from grader.engine.student import Measurement, Session, StudentError, StudentLab
@@ -81,7 +82,8 @@ SOURCE = textwrap.dedent('''
 def measure(zygote):
     """measure(name, *args) -> Measurement of LAB.name in a fresh worker of the shared zygote."""
     scratch = make_scratch({f"{LAB}.py": SOURCE.encode()})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     lab = StudentLab(session, LAB)
 
     def run(name, *args, **kwargs) -> Measurement:
@@ -173,7 +175,7 @@ def test_a_reading_difference_is_the_calls_use():
 
 def _rubric_with(tmp_path, test_entry: str):
     from grader import paths
-    source = paths.RUBRIC.read_text()
+    source = (paths.KIT / "rubric.yaml").read_text()
     marker = "test_bool_mask_blocks_keys:"
     line = next(ln for ln in source.splitlines() if ln.strip().startswith(marker))
     indent = line[:len(line) - len(line.lstrip())]
@@ -282,7 +284,8 @@ def test_memory_touched_at_import_counts_in_the_peak(zygote):
     """A module that faults in a 64 MB arena at import and computes the whole score matrix in
     it: the import runs after the grader's baseline, so the arena is in the peak."""
     scratch = make_scratch({f"{ARENA_LAB}.py": ARENA_SOURCE.encode()})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     try:
         session.start_test(60.0, lab=ARENA_LAB)
         q, k, v = _qkv()
@@ -316,7 +319,7 @@ def test_a_cheap_wrong_answer_at_the_long_length_does_not_pass_the_work_test(rub
     lab = "lab6_efficient_attention"
     sub = tmp_path / "s"
     sub.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         shutil.copyfile(f, sub / f.name)
     (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + QUADRATIC_UNLESS_LONG)
     result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("hidden",))
@@ -356,7 +359,7 @@ def test_rows_the_memory_test_does_not_read_cannot_be_left_out(rubric, zygote, t
     lab = "lab6_efficient_attention"
     sub = tmp_path / "s"
     sub.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         shutil.copyfile(f, sub / f.name)
     (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + MATERIALISED_TAIL_ONLY)
     result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("public",))
@@ -374,7 +377,8 @@ def test_a_library_the_lab_imports_is_not_its_memory(zygote):
     source = ("import matplotlib\nmatplotlib.use('Agg')\nfrom matplotlib import pyplot as plt\n"
               + SOURCE)
     scratch = make_scratch({f"{lab}.py": source.encode()})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     try:
         session.start_test(60.0, lab=lab)
         m = StudentLab(session, lab).measure("blocks", *_qkv())

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from grader import paths
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
                             protocol, usage, wire)
@@ -195,6 +194,7 @@ class Session:
     reference_cpu_ns: int = 0
     measuring: bool = False
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
+    solutions: str | None = None                    # the course's solutions/ (the references)
 
     def __post_init__(self):
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
@@ -602,7 +602,8 @@ class Session:
         per session: a worker serving it runs the reference in the same conditions as the
         student's code (a resource test's yardstick, ``measure(reference=True)``)."""
         if lab not in self.references:
-            source = (paths.SOLUTIONS / f"{lab}.py").read_bytes()
+            with open(f"{self.solutions}/{lab}.py", "rb") as fh:
+                source = fh.read()
             self.references[lab] = make_scratch({f"{lab}.py": source})
         return self.references[lab].name
 
