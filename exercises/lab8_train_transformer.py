@@ -38,6 +38,11 @@ current token is visible, so the loss drops to zero by *copying*, and greedy dec
 repeats BOS forever. A random model's loss is ln 13 ~ 2.56 per token; a trained one goes far
 below.
 
+The learning rate that learns fast (Adam at 3e-3) does not settle: its loss keeps bouncing
+between ~0.01 and ~0.1 nats, and greedy decoding between ~85% and ~99% exact, depending on
+the step you stop at. Lower it once the loss is low (a third of it below 0.05, say): within
+a few dozen steps the loss settles near 0.001 and nearly every sequence comes out exact.
+
 Inference: greedy decoding
 --------------------------
 At test time there is no target: start from BOS, run the decoder, append the argmax of the
@@ -249,4 +254,5 @@ def train(seed, budget_s=60.0):
     # TODO(Lab 8): tgt_in = tgt[:, :-1] is what the decoder reads, tgt_out = tgt[:, 1:] what it predicts.
     # TODO(Lab 8): loss = cross_entropy(logits.reshape(-1, 13), tgt_out.reshape(-1), ignore_index=PAD).
     # TODO(Lab 8): watch time.process_time() and stop with a margin; stop early once the loss is tiny.
+    # TODO(Lab 8): once the loss is low, lower the learning rate (a third, say): it settles, not bounces.
     raise NotImplementedError("Lab 8: train")

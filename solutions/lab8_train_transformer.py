@@ -37,6 +37,11 @@ current token is visible, so the loss drops to zero by *copying*, and greedy dec
 repeats BOS forever. A random model's loss is ln 13 ~ 2.56 per token; a trained one goes far
 below.
 
+The learning rate that learns fast (Adam at 3e-3) does not settle: its loss keeps bouncing
+between ~0.01 and ~0.1 nats, and greedy decoding between ~85% and ~99% exact, depending on
+the step you stop at. Lower it once the loss is low (a third of it below 0.05, say): within
+a few dozen steps the loss settles near 0.001 and nearly every sequence comes out exact.
+
 Inference: greedy decoding
 --------------------------
 At test time there is no target: start from BOS, run the decoder, append the argmax of the
@@ -296,12 +301,14 @@ def train(seed, budget_s=60.0):
     # hint: tgt_in = tgt[:, :-1] is what the decoder reads, tgt_out = tgt[:, 1:] what it predicts.
     # hint: loss = cross_entropy(logits.reshape(-1, 13), tgt_out.reshape(-1), ignore_index=PAD).
     # hint: watch time.process_time() and stop with a margin; stop early once the loss is tiny.
+    # hint: once the loss is low, lower the learning rate (a third, say): it settles, not bounces.
     start = time.process_time()
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = Seq2SeqTransformer()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     warmup, max_steps, batch_size = 100, 3000, 64
+    settle = 1.0            # 0.3 once the loss is low (below)
     model.loss_history = []
     model.train()
     for step in range(max_steps):
@@ -309,7 +316,7 @@ def train(seed, budget_s=60.0):
         if time.process_time() - start > 0.85 * budget_s:
             break
         for group in optimizer.param_groups:
-            group["lr"] = 3e-3 * min(1.0, (step + 1) / warmup)
+            group["lr"] = 3e-3 * min(1.0, (step + 1) / warmup) * settle
         src, tgt = make_batch(batch_size, 1, 8, generator)
         logits = model(src, tgt[:, :-1])  # teacher forcing: read the prefix ...
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
@@ -318,8 +325,17 @@ def train(seed, budget_s=60.0):
         loss.backward()  # d loss / d every parameter
         optimizer.step()
         model.loss_history.append(loss.item())
-        # Done when the last 50 steps averaged under 0.02 nats per token (~all exact).
-        if len(model.loss_history) >= 50 and sum(model.loss_history[-50:]) / 50 < 0.02:
+        if len(model.loss_history) < 50:
+            continue
+        recent = sum(model.loss_history[-50:]) / 50    # the last 50 steps' mean loss
+        # At lr 3e-3 the loss bounces between ~0.01 and ~0.1 and greedy decoding between
+        # ~85% and ~99% exact, depending on the step it stops at; a third of the rate once
+        # the loss is below 0.05 settles it: ~0.001 and ~100% exact within 50-100 steps.
+        if recent < 0.05:
+            settle = 0.3
+        # Done when the last 50 steps averaged under 0.002 nats per token (all but ~0.1% of
+        # sequences exact, from any start: benchmarks/bench_lab8_training.py).
+        if recent < 0.002:
             break
     model.eval()
     return model
