@@ -334,7 +334,7 @@ def train(seed, budget_s=60.0):
         if recent < 0.05:
             settle = 0.3
         # Done when the last 50 steps averaged under 0.002 nats per token (all but ~0.1% of
-        # sequences exact, from any start: benchmarks/bench_lab8_training.py).
+        # sequences exact, from every start measured).
         if recent < 0.002:
             break
     model.eval()
