@@ -18,7 +18,7 @@ returned weights to be
 
 1. trained: their teacher-forced loss on held-out sequences at most ``LOSS_DROP`` times that
    of the grader's start (near chance, ln 13 ~ 2.56, by construction; a trained model:
-   0.01-0.05);
+   0.001-0.1, the reference 0.001);
 2. attributable to the grader's start: the median, over the 2-D weight matrices, of the
    correlation between the grader's initial matrix and the returned one is at least
    ``CORRELATION_MIN``. Training takes small steps and keeps much of the random start in
