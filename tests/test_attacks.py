@@ -5,6 +5,7 @@ Each ``tests/fixtures/attacks/atk_<name>/`` holds lab files and an ``expect.yaml
 ```yaml
 description: what the attack does
 attacked: [lab1_attention]        # labs that must score 0
+attacked_tests: [test_x]          # optional: only these tests of the attacked labs must fail
 intact: [lab2_multihead]          # labs of the same submission that must keep full marks
 base: ok_lab2_standalone          # optional: a tests/fixtures/submissions/ overlay first
 visibility: [public]              # optional: only these suites (hang attacks: keep it fast)
@@ -424,6 +425,10 @@ def check_scores(result, expect: dict) -> None:
     for name in expect.get("attacked", []):
         lab = by_lab[name]
         passed = [t.name for t in lab.tests if t.passed]
+        if expect.get("attacked_tests"):       # only these tests are the attack's target
+            won = sorted(set(passed) & set(expect["attacked_tests"]))
+            assert won == [], f"{name}: {won} must fail under attack"
+            continue
         assert lab.score == 0, f"{name} must score 0 under attack, passed: {passed}"
     for name in expect.get("intact", []):
         lab = by_lab[name]
@@ -465,7 +470,7 @@ def test_every_attack_fixture_is_well_formed():
         assert expect.get("description") and expect.get("attacked"), name
         assert set(expect) <= {"description", "attacked", "intact", "base", "visibility",
                                "time_limit_s", "cli", "process_names", "feedback_contains",
-                               "secret_env", "hidden_feedback_free_of"}, name
+                               "secret_env", "hidden_feedback_free_of", "attacked_tests"}, name
 
 
 def test_gate_control_a_succeeding_attack_would_score(rubric, attack_zygote, env):

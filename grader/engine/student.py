@@ -697,12 +697,14 @@ class StudentLab:
                            other_processes=used.other_processes)
 
     def train(self, name: str, model_class: str, *args, seed: int = 0,
-              **kwargs) -> "Measurement":
-        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` and returns it
-        trained, run once per submission (every test asking the same gets the same reply):
-        ``value`` is the protocol's train reply (the weights before and after training,
-        the loss history), ``cpu_s`` the CPU time the call took (the kernel's figure)."""
-        req = protocol.train_request(name, model_class, args, kwargs, seed)
+              initial_state: dict | None = None, **kwargs) -> "Measurement":
+        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` (starting from
+        the grader's ``initial_state``) and returns it trained, run once per submission
+        (every test asking the same gets the same reply): ``value`` is the protocol's train
+        reply (the returned weights, the loss history), ``cpu_s`` the CPU time the call
+        took (the kernel's figure)."""
+        req = protocol.train_request(name, model_class, args, kwargs, seed,
+                                     initial_state=initial_state)
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
         value, used = self._session.train(self.lab, req)

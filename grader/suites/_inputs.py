@@ -745,6 +745,20 @@ def seq2seq_greedy_reference(sd, src, max_new_tokens, cfg=LAB8_CFG):
         return seq2seq64(sd, cfg).greedy_decode(src, max_new_tokens)
 
 
+def same_decoding(got, expected, max_new_tokens: int) -> bool:
+    """Whether ``got`` decodes as ``expected`` (the reference's greedy_decode, which stops
+    once every row has its EOS) under the contract's "(B, <= 1 + max_new_tokens) ...
+    stopping per row at EOS (PAD after it)": the same tokens, then (if wider) only PAD,
+    at most 1 + max_new_tokens wide. A decode that runs on to full width passes; one that
+    writes anything but PAD after a row's EOS does not."""
+    if not (isinstance(got, torch.Tensor) and got.dtype == torch.long and got.dim() == 2
+            and got.size(0) == expected.size(0)
+            and expected.size(1) <= got.size(1) <= 1 + max_new_tokens):
+        return False
+    width = expected.size(1)
+    return bool((got[:, :width] == expected).all()) and bool((got[:, width:] == 12).all())
+
+
 @reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def lab8_attention_reference(sd, d_model, num_heads, query, key_value, mask=None):
