@@ -64,8 +64,8 @@ def load_lab(path: Path | None):
     earlier labs resolved to the reference's)."""
     if path is None:
         return _training.reference()
-    if str(paths.SOLUTIONS) not in sys.path:
-        sys.path.append(str(paths.SOLUTIONS))
+    if str(paths.KIT / "solutions") not in sys.path:
+        sys.path.append(str(paths.KIT / "solutions"))
     spec = importlib.util.spec_from_file_location(f"bench_{path.parent.name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -96,7 +96,7 @@ MODULE_TESTS_PASS = 15      # lab 8's points outside the four outcome tests
 def _attack_submission(name: str, dest: Path) -> Path:
     """The reference solutions overlaid with tests/fixtures/attacks/<name>'s files."""
     dest.mkdir(parents=True)
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, dest / f.name)
     for f in sorted((ATTACKS / name).glob("*.py")):
         shutil.copyfile(f, dest / f.name)
