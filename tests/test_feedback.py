@@ -835,7 +835,18 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
                                   atol=1e-6, rtol=0)
     cq, ck = x[0, 0], x[1, 0]
     for heads in (3, 4):
-        assert comparison(cq, ck, 8, 1000, heads) == ref.extrapolation_comparison(cq, ck, 8, 1000, heads)
+        mine, theirs = comparison(cq, ck, 8, 1000, heads), ref.extrapolation_comparison(cq, ck, 8, 1000, heads)
+        assert list(mine) == list(theirs)
+        for name in theirs:
+            assert mine[name].keys() == theirs[name].keys(), name
+            for key, value in theirs[name].items():
+                same = (torch.equal(mine[name][key], value) if isinstance(value, torch.Tensor)
+                        else mine[name][key] == value)
+                assert same, (name, key)
+    for switch in ({"scaled": False}, {"direction": -1.0}, {"reverse": True}, {"any_n": True}):
+        scheme = "alibi" if set(switch) & {"reverse", "any_n"} else "rope"
+        wrong = comparison(cq, ck, 8, 1000, 3, **switch)[scheme]["weights_past"]
+        assert not torch.allclose(wrong, ref.extrapolation_comparison(cq, ck, 8, 1000, 3)[scheme]["weights_past"])
     for exponent in ("i", "4i"):
         assert not torch.allclose(frequencies(8, exponent=exponent), ref.rope_frequencies(8))
     for heads in (1, 3, 6, 8, 12):
