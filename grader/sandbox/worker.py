@@ -386,7 +386,12 @@ class Server:
                 frame = wire.encode({"error": describe_exception(exc, self.folder),
                                      "stdout": reply["stdout"],
                                      "forbidden": reply["forbidden"], "seq": self.seq})
+            # Nothing of this request is held once its reply is out (the grader reads a
+            # measured worker's memory as soon as the reply arrives): a warm-up call leaves
+            # held only what the lab's code kept, never its own inputs.
+            req = reply = None
             self.sock.sendall(frame)
+            frame = None
 
 
 class _ImportFailed(Exception):
