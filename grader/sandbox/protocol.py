@@ -12,10 +12,9 @@ A request is a dict that ``wire.encode`` carries as it is. The builders give eac
 keys in the order the grader has always sent them: call plans compare encoded frames byte
 for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
 
-  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "stage"
-                | "run_staged" | "reference_call" (a reference worker only, see "Callbacks")
+  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "prepare"
+                | "reference_call" (a reference worker only, see "Callbacks")
   names         probe only: list[str], names the lab module must define
-  request       stage only: a call or grad request, held (inputs read) until "run_staged"
   target        str: the function or class of the lab module to run
   args          list: positional arguments (tensors, numbers, str, None, and lists,
                 tuples and str-keyed dicts of these); [] for state_dict and buffer
@@ -44,7 +43,9 @@ for byte. The fields (shapes are those of the tests' tensors; any dtype the wire
 Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an exception):
 
   probe       list[str]: the names the lab module lacks (answered by the worker itself)
-  stage       None (answered by the worker itself); run_staged: the held request's reply
+  prepare     None (answered by the worker itself, before the lab is imported: the
+              libraries the lab file names are imported, large allocations mapped on their
+              own; a measured worker's first request)
   call        the return value, made plain (``plain``)
   grad        {"output": the plain return value,
                "input_grads": tuple, one per positional argument: for a floating tensor its
@@ -88,7 +89,7 @@ checks and relays values; it runs nothing. A lab's points depend on that lab's c
 The grader refuses ({"error": why}, which the student's call raises as RuntimeError) a
 name the calling lab may not import, more than 4 Mi numbers in tensors, an integer
 argument above 4 Mi (integers size work: lengths, positions, chunk counts), a reply above
-its byte cap, and any call during a measured call (``stage``/``run_staged``: its work would
+its byte cap, and any call during a measured call (``Session.measure``: its work would
 escape the measurement). There is no count of calls; the reference worker's time is the
 calling test's (same deadline) and its CPU time is added to a training's.
 
@@ -169,16 +170,13 @@ def train_request(target: str, model_class: str, args, kwargs: dict, seed: int =
             "kwargs": dict(kwargs), "seed": seed, "initial_state": initial_state}
 
 
-def stage_request(req: dict) -> dict:
-    """Hold ``req`` (a call or grad request) in the worker, its inputs read, without running
-    it: the grader then resets the worker's memory high-water mark and sends
-    ``run_staged_request``, so what the call uses is measured above its inputs."""
-    return {"op": "stage", "request": req}
-
-
-def run_staged_request() -> dict:
-    """Run the request the last ``stage_request`` held; its reply is that request's."""
-    return {"op": "run_staged"}
+def prepare_request() -> dict:
+    """A measured worker's first request, before the lab is imported: the worker imports
+    the libraries the lab file names and maps every large allocation on its own, so that
+    the grader's baseline holds them and a measured call's peak is what it held at once.
+    The measured call's inputs are sent later, inside the measurement (``Session.measure``):
+    no code in the worker sees them before the grader starts measuring."""
+    return {"op": "prepare"}
 
 
 def callback_request(lab: str, target: str, args, kwargs: dict, seed: int,
