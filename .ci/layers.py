@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("proxy", ["grader.engine", "grader.engine.*", "grader.intake", "grader.intake.*",
                "grader.outputs", "grader.outputs.*", "grader.similarity"]),
     ("base", ["grader.sandbox", "grader.sandbox.*", "grader.results",
-              "grader.rubric", "grader.paths", "grader.errors", "grader.secret", "grader"]),
+              "grader.rubric", "grader.course", "grader.paths", "grader.errors", "grader.secret", "grader"]),
 ]
 EXCLUDED: list[str] = []
 # The worker side: the zygote's file, and the modules it imports by bare name from its own

@@ -48,10 +48,11 @@ sys.path.insert(0, str(HERE.parent))
 
 from grader import paths  # noqa: E402
 from grader.batch import grade_batch  # noqa: E402
+from grader.course import Course  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 from grader.engine.suite_runner import suite_files  # noqa: E402
 
-FIXTURES = paths.COURSE / "tests" / "fixtures" / "submissions"
+FIXTURES = paths.KIT / "tests" / "fixtures" / "submissions"
 
 
 # ------------------------------------------------------------------------- the class
@@ -67,7 +68,7 @@ def fixture_kinds() -> dict[str, list[str]]:
 def lay_down(fixture: str, dest: Path) -> None:
     """The reference solutions overlaid with a fixture (as tests/conftest.py does)."""
     dest.mkdir(parents=True)
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, dest / f.name)
     if not fixture:
         return
@@ -107,7 +108,7 @@ def build_class(root: Path, n: int) -> list[dict]:
 
 def pytest_per_process(root: Path, sample: list[dict], batch_out: Path, work: Path) -> dict:
     """Serially, one fresh ``python -m pytest`` per sampled submission; wall time each."""
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     files = [f for lab in rubric.labs for f in suite_files(lab, ("public", "hidden"))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
@@ -120,7 +121,7 @@ def pytest_per_process(root: Path, sample: list[dict], batch_out: Path, work: Pa
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "pytest_per_submission",
                         "-c", str(paths.SUITES / "pytest.ini"), "--rootdir", str(paths.SUITES),
                         "--import-mode=importlib", "-p", "no:cacheprovider", *files],
-                       cwd=paths.COURSE, env=env, stdout=subprocess.DEVNULL,
+                       cwd=paths.KIT, env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=1800)
         times.append(time.perf_counter() - started)
         got = json.loads(result.read_text())["total"]
@@ -146,9 +147,9 @@ def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
         return f"not measured (no nbgrader course: grader.notebooks is missing: {exc})"
     if n_students < 1:
         return "not measured (--nbgrader-sample 0)"
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     course = work / "course"
-    write_course(course, include_dependencies=True)   # lab2's lab1_attention.py, as a student has
+    write_course(course, Course(paths.KIT), include_dependencies=True)   # lab2's lab1_attention.py, as a student has
     env = private_jupyter_env(work)
     proc = generate_assignments(course, list(rubric.labs), env=env)
     if proc.returncode != 0:
@@ -179,7 +180,7 @@ def suite_floor(repeat: int, work: Path) -> dict | str:
           flush=True)
     out = work / "floor.json"
     proc = subprocess.run([sys.executable, str(HERE / "in_process_floor.py"), "--repeat",
-                           str(repeat), "--json", str(out)], cwd=paths.COURSE,
+                           str(repeat), "--json", str(out)], cwd=paths.KIT,
                           capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0 or not out.is_file():
         return f"not measured (in_process_floor.py failed: {proc.stderr.strip()[-300:]})"
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if root.exists() or out.exists():
         sys.exit(f"{work} already holds a class or gradebook; choose an empty folder")
     root.mkdir(parents=True)
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     load_start = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
           f"{platform.python_version()}, load average {load_start:.2f} at start")
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(rubric.labs)} labs, {rubric.max_points:g} points\n", flush=True)
 
     started = time.perf_counter()
-    summary = grade_batch(root, out=out, jobs=jobs, progress=True)
+    summary = grade_batch(root, out=out, course=Course(paths.KIT), jobs=jobs, progress=True)
     batch_s = time.perf_counter() - started
     engine = [json.loads((out / s["id"] / "results.json").read_text())["execution_time"]
               for s in students]

@@ -6,13 +6,16 @@ each measured call used, each test's time, and whether it passed.
 
 Each submission is graded as ``grader grade`` grades it (labs 5 and 6 only); every
 ``student.measure`` call is recorded in the grading process: the test, the length of its
-first tensor argument, reference or student, the peak memory charged (MB) and the CPU time
-of the call (s). The per-test wall time covers its warm-ups and the reference's runs too.
+first tensor argument, reference or student, the peak memory above the inputs (MB), the
+memory its warm-up left held (MB; each test forgives part of it: usage.warmup_allowance)
+and the CPU time of the call (s). A name may be a folder of lab files, or an attack
+fixture (tests/fixtures/attacks/atk_*). The per-test wall time covers its warm-ups and the reference's runs too.
 Say the machine's load (printed) with the figures.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +39,24 @@ RESOURCE_TESTS = {
 DEFAULT = ["solutions", "ok_lab5_sdpa", "ok_lab6_einsum_streams", "ok_lab6_unfold",
            "ok_lab6_broadcast_shapes", "atk_madvise_below_baseline", "bug_dense_below_threshold",
            "bug_online_softmax_missing", "atk_burn_short_length",
-           "bug_generate_recomputes_prefix", "bug_sliding_window_full_matrix"]
+           "bug_generate_recomputes_prefix", "bug_sliding_window_full_matrix",
+           "ok_lab6_single_chunk_fast_path", "atk_warmup_scratch_hides_score_block"]
+ATTACKS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "attacks"
+
+
+def _submission(name: str) -> Path:
+    """The reference, overlaid with the lab files of fixture (or folder) ``name``."""
+    if name == "solutions":
+        return paths.KIT / "solutions"
+    if not (ATTACKS / name).is_dir() and not Path(name).is_dir():
+        return make_submission(name, Path(tempfile.mkdtemp()) / "s")
+    sub = Path(tempfile.mkdtemp()) / "s"
+    sub.mkdir()
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    for f in (ATTACKS / name if (ATTACKS / name).is_dir() else Path(name)).glob("lab*.py"):
+        shutil.copyfile(f, sub / f.name)
+    return sub
 
 
 def main(names: list[str]) -> None:
@@ -52,12 +72,11 @@ def main(names: list[str]) -> None:
         return value, used
 
     student_mod.Session.measure = recording
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     zygote = Zygote(forbidden=rubric.all_forbidden).start()
     try:
         for name in names:
-            sub = (paths.SOLUTIONS if name == "solutions"
-                   else make_submission(name, Path(tempfile.mkdtemp()) / "s"))
+            sub = _submission(name)
             records.clear()
             result = grade(sub, rubric=rubric, zygote=zygote, labs=list(RESOURCE_TESTS))
             print(f"\n== {name}")
@@ -69,7 +88,8 @@ def main(names: list[str]) -> None:
                     for test, size, ref, used in records:
                         if test == t.name:
                             print(f"      {'reference' if ref else 'student  '} {size}: "
-                                  f"{used.peak_bytes / 2**20:7.1f} MB {used.cpu_s:7.3f} s CPU")
+                                  f"{used.peak_bytes / 2**20:7.1f} MB (kept "
+                                  f"{used.kept_bytes / 2**20:5.1f} MB) {used.cpu_s:7.3f} s CPU")
     finally:
         zygote.close()
 

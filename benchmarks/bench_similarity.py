@@ -24,9 +24,9 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import yaml
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -49,7 +49,7 @@ def derived(fixture: Path) -> bool:
 def course() -> dict[str, dict]:
     """lab -> {solution, stub, honest: {origin: source}}."""
     labs = {}
-    for path in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for path in sorted((paths.KIT / "solutions").glob("lab*.py")):
         solution = path.read_text(encoding="utf-8")
         honest = {"ref": solution}
         for fixture in sorted(FIXTURES.glob("ok_*")):

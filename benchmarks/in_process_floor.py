@@ -39,9 +39,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from grader import paths  # noqa: E402
+from grader.course import Course  # noqa: E402
 from grader.batch.pool import cpu_seconds  # noqa: E402
 from grader.grading import Grader  # noqa: E402
-from grader.engine.reference import load_reference  # noqa: E402
+from grader.engine.reference import load_reference, use_solutions  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 from grader.sandbox import Zygote, wire  # noqa: E402
 
@@ -62,6 +63,7 @@ def _reference_server():
     """The worker's request handler, with the reference module as the lab module."""
     class ReferenceServer(_worker_module().Server):
         def lab_module(self):
+            use_solutions(paths.KIT / "solutions")      # the kit's references, as a Grader's
             return load_reference(self.lab)
 
     return ReferenceServer
@@ -87,7 +89,7 @@ class InProcessWorker:
     """
 
     def __init__(self, lab: str):
-        self.server = _reference_server()(None, {"lab": lab, "folder": str(paths.SOLUTIONS)})
+        self.server = _reference_server()(None, {"lab": lab, "folder": str((paths.KIT / "solutions"))})
         # A resource test's measurement (grader/sandbox/usage.py) reads an idle process:
         # the floor answers those calls but measures nothing of them (a reading of this
         # busy process would make the tests' outcomes depend on the benchmark's own work).
@@ -112,7 +114,7 @@ class InProcessWorker:
         try:
             reply = {"ok": self.server.handle(request)}
         except BaseException as exc:  # noqa: BLE001 - as the worker reports it
-            reply = {"error": _worker_module().describe_exception(exc, str(paths.SOLUTIONS))}
+            reply = {"error": _worker_module().describe_exception(exc, str((paths.KIT / "solutions")))}
         self.handler_s += time.thread_time() - started
         reply.update(stdout="", forbidden=[])
         return wire.decode_frame(wire.encode(reply))
@@ -187,7 +189,7 @@ def measure(zygotes: dict, rubric, repeat: int) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        graders = {name: Grader(rubric, zygote=zygote) for name, zygote in zygotes.items()}
+        graders = {name: Grader(Course(paths.KIT, rubric), zygote=zygote) for name, zygote in zygotes.items()}
         try:
             return _measure(zygotes, graders, repeat)
         finally:
@@ -201,7 +203,7 @@ def _measure(zygotes: dict, graders: dict, repeat: int) -> dict:
     results, cpu, wall = {}, dict.fromkeys(zygotes, 0.0), dict.fromkeys(zygotes, 0.0)
     for name in zygotes:
         for _ in range(2):
-            graders[name].grade(paths.SOLUTIONS)
+            graders[name].grade((paths.KIT / "solutions"))
     handler0 = {n: z.handler_s for n, z in zygotes.items() if isinstance(z, InProcessZygote)}
     # A zygote reaps (and so is charged for) a worker a moment after its grading ends: its
     # CPU is taken over the whole run, during which it works for its own gradings only.
@@ -209,7 +211,7 @@ def _measure(zygotes: dict, graders: dict, repeat: int) -> dict:
     for _ in range(repeat):
         for name in zygotes:
             cpu0, wall0 = _own_cpu(), time.perf_counter()
-            results[name] = graders[name].grade(paths.SOLUTIONS)
+            results[name] = graders[name].grade((paths.KIT / "solutions"))
             cpu[name] += _own_cpu() - cpu0
             wall[name] += time.perf_counter() - wall0
     for name, zygote in zygotes.items():
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     with Zygote(forbidden=rubric.all_forbidden) as zygote:
         measured = measure({"sandboxed": zygote, "in_process": InProcessZygote()}, rubric,
                            args.repeat)

@@ -22,19 +22,22 @@ from grader.intake import sanitize
 from grader.engine.plugin import GradingPlugin
 from grader.rubric import load_rubric
 from grader.sandbox import Zygote, make_scratch
+from grader.engine.reference import use_solutions
 from grader.engine.student import Session
 
 _STATE: dict = {}
 
 
 def pytest_configure(config):
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     labs = list(rubric.labs)
     clean = sanitize(Path(os.environ["GRADER_BENCH_SUBMISSION"]), rubric, labs)
     zygote = Zygote(forbidden=rubric.all_forbidden).start()
     scratch = make_scratch(clean.files)
     session = Session(zygote=zygote, submission_dir=scratch.name,
-                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()})
+                      forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()},
+                      solutions=str(paths.KIT / "solutions"))
+    use_solutions(paths.KIT / "solutions")      # what the suites' load_reference reads
     plugin = GradingPlugin(rubric=rubric, session=session)
     config.pluginmanager.register(plugin, "grading")
     _STATE.update(rubric=rubric, labs=labs, clean=clean, zygote=zygote, scratch=scratch,

@@ -50,7 +50,8 @@ The comparison at the end of the lab (``extrapolation_comparison``) puts the sam
 positions 0..W-1 (inside the "training" length) and at offset..offset+W-1 (past it) and
 measures how far each scheme's attention pattern moves: the learned table cannot even look
 the positions up, the sinusoidal pattern moves, RoPE's and ALiBi's stay exactly where they
-were.
+were.  It also hands back the weights past the training length, the evidence for each
+scheme's answer.
 """
 
 import math
@@ -121,13 +122,16 @@ def extrapolation_comparison(q, k, train_len, offset, num_heads=4, base=10000.0)
       "rope":       rope_scores(q, k, positions, positions, base);
       "alibi":      q k^T / sqrt(d_head) - slope_h |p_i - p_j| (alibi_slopes(num_heads)),
                     every head.
-    Returns plain data: {scheme: {"raised": bool, "max_weight_change": float or None}},
-    max_weight_change = max |weights past - weights inside| (over heads too, for ALiBi), a
-    Python float; None where the scheme raised. ValueError if W > train_len or
-    offset + W <= train_len. An extension of the contract: the lab's comparison, in code.
+    Returns {scheme: {"raised": bool, "max_weight_change": float or None,
+    "weights_past": tensor or None}}: max_weight_change = max |weights past - weights inside|
+    (over heads too, for ALiBi), a Python float; weights_past = the weights of the placement
+    past train_len, in q's dtype, (W, W) ((num_heads, W, W) for ALiBi); both None where the
+    scheme raised. ValueError if W > train_len or offset + W <= train_len. An extension of the
+    contract: the lab's comparison, in code.
     """
     # TODO(Lab 7): weights(scores) = torch.softmax(scores, dim=-1); compare the two placements with (a - b).abs().max().
     # TODO(Lab 7): sinusoidal: lab 3's sin/cos of position * base ** (-2i / d_head) for just these positions.
     # TODO(Lab 7): learned: torch.nn.Embedding(train_len, d_head) looked up at positions >= train_len raises IndexError: catch it.
     # TODO(Lab 7): ALiBi needs only the distances p_i - p_j: the same numbers at both placements.
+    # TODO(Lab 7): report the weights past train_len themselves too ("weights_past"): the grader compares them with its own.
     raise NotImplementedError("Lab 7: extrapolation_comparison")

@@ -28,17 +28,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader import paths
-from grader.errors import (GradingIncomplete, RubricError, SandboxError, SubmissionError,
-                           ZipRejected)
+from grader.course import Course
+from grader.errors import GradingIncomplete, SandboxError, SubmissionError, ZipRejected
 from grader.intake import Problem, Sanitized, sanitize
 from grader.intake.zips import unpack_zip
-from grader.outputs.atomic import use_output_mode
 from grader.outputs.text import capped
 from grader.results import Fault, LabResult, LabStatus, SubmissionResult, TestResult
-from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
+from grader.rubric import Rubric
 from grader.sandbox import Limits, Zygote, make_scratch
-from grader.secret import course_secret
 
 if TYPE_CHECKING:   # torch and pytest: imported by ``load_engine`` (see Grader.start)
     from grader.engine.call_plan import CallPlan
@@ -50,7 +47,9 @@ MAX_NOTES = 16              # notes about a submission (a file found elsewhere, 
 
 
 class Grader:
-    """Grades submissions against a rubric's suites; use as a context manager (or ``close``).
+    """Grades submissions of ``course`` (its rubric, suites, solutions and secret: a
+    ``grader.course.Course``, its rubric checked against the suites once); use as a
+    context manager (or ``close``).
 
     ``visibility``: the suites graded by default (``("public",)`` for a student's check).
     ``send_ahead``: send each test's first call to its worker ahead of the test
@@ -58,32 +57,30 @@ class Grader:
     solutions, which pays off over many submissions (a batch), not one.
     ``slot``, ``sandbox_mode``, ``limits``: the sandbox's (see ``grader.sandbox``).
     ``zygote``: a started zygote to share (tests); the caller keeps and closes it.
-    ``secret``: the course secret hidden inputs derive from (default: the course folder's,
+    ``secret``: the course secret hidden inputs derive from (default: the course's, read or
     made on first use, when hidden suites are graded; ``grader.secret``).
     ``many_workers``: the zygote prepares its heap for many forks (``Zygote.many_workers``:
     cheaper workers for 0.2-1.5 s more at start); ``grade_submission``, one submission,
     says False.
     """
 
-    def __init__(self, rubric: Rubric | None = None, *,
+    def __init__(self, course: Course, *,
                  visibility: tuple[str, ...] = VISIBILITIES, send_ahead: bool = False,
                  slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
                  zygote: Zygote | None = None, secret: bytes | None = None,
                  many_workers: bool = True):
-        self.rubric = rubric or load_rubric(paths.RUBRIC)
-        # Before anyone is graded: a rubric test with no suite test (a typo), or a suite
-        # test with no rubric entry, would silently cost every student its points.
-        problems = check_rubric_against_suites(self.rubric, paths.SUITES)
-        if problems:
-            raise RubricError(problems)
-        use_output_mode(self.rubric.output_mode)     # who may read what the grader writes
+        if not isinstance(course, Course):
+            raise TypeError(f"Grader needs a grader.course.Course, not {type(course).__name__}")
+        self.course = course
+        # Checked against the suites (once per Course) before anyone is graded.
+        self.rubric = course.rubric
         self.visibility = tuple(visibility)
         self.send_ahead = send_ahead
         self._secret = secret
         self._owns_zygote = zygote is None
         self._zygote = zygote or Zygote(forbidden=self.rubric.all_forbidden, slot=slot,
                                         mode=sandbox_mode, limits=limits or Limits(),
-                                        many_workers=many_workers)
+                                        many_workers=many_workers, hide=course.private_paths)
         self._runners: dict[tuple[str, ...], SuiteRunner] = {}
         self._plans: dict[tuple, CallPlan | None] = {}
         self._reference_scratch = None      # see _reference_dir
@@ -124,7 +121,7 @@ class Grader:
     def secret(self) -> bytes:
         """The course secret (read, or made, on first use)."""
         if self._secret is None:
-            self._secret = course_secret()
+            self._secret = self.course.secret
         return self._secret
 
     @property
@@ -180,7 +177,8 @@ class Grader:
                 return self.grade(Path(tmp) / "submission", labs=labs, visibility=visibility,
                                   name=name or submission.stem)
         started = time.monotonic()
-        clean = sanitize(submission, self.rubric, list(self.rubric.labs))
+        clean = sanitize(submission, self.rubric, list(self.rubric.labs),
+                         solutions=self.course.solutions)
         # "." has no name of its own: the folder it stands for has ("Feedback for alice").
         return self.grade_sanitized(clean, labs=labs, visibility=visibility,
                                     name=name or submission.name or submission.resolve().name,
@@ -246,7 +244,8 @@ class Grader:
             # pytest's start-up output stays off stdout.
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
                 runner = SuiteRunner(rubric=self.rubric, visibility=visibility,
-                                     secret=self.secret if "hidden" in visibility else b"").start()
+                                     secret=self.secret if "hidden" in visibility else b"",
+                                     solutions=self.course.solutions).start()
             self._runners[visibility] = runner
         return runner
 
@@ -261,12 +260,13 @@ class Grader:
         key = (tuple(labs), visibility)
         if key not in self._plans:
             plan = None
-            if paths.SOLUTIONS.is_dir():
+            if self.course.solutions.is_dir():
                 from grader.engine.call_plan import CallPlan
                 plan = CallPlan()
                 try:
-                    self._grade_clean(sanitize(paths.SOLUTIONS, self.rubric,
-                                               list(self.rubric.labs)),
+                    self._grade_clean(sanitize(self.course.solutions, self.rubric,
+                                               list(self.rubric.labs),
+                                               solutions=self.course.solutions),
                                       labs, visibility, "solutions", plan=None, recording=plan)
                 except Exception:  # noqa: BLE001 - without a plan, grading only goes slower
                     plan = None
@@ -286,11 +286,11 @@ class Grader:
         reference``, the default, wherever the solutions are at hand); None when each lab
         imports the student's own files (``lab_imports: student``, cumulative grading, or a
         kit without the solutions: a student's own check)."""
-        if self.rubric.lab_imports != "reference" or not paths.SOLUTIONS.is_dir():
+        if self.rubric.lab_imports != "reference" or not self.course.solutions.is_dir():
             return None
         if self._reference_scratch is None:
             self._reference_scratch = make_scratch(
-                {f.name: f.read_bytes() for f in sorted(paths.SOLUTIONS.glob("lab*.py"))})
+                {f.name: f.read_bytes() for f in sorted(self.course.solutions.glob("lab*.py"))})
         return self._reference_scratch.name
 
     def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
@@ -304,7 +304,7 @@ class Grader:
                           forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
                           importable=self._importable, reference_dir=self._reference_dir,
                           imports_when_graded=self.rubric.lab_imports,
-                          plan=plan, recording=recording)
+                          plan=plan, recording=recording, solutions=str(self.course.solutions))
         outcomes: list[TestResult] = []
         collection_errors: list[str] = []
         try:
@@ -313,7 +313,8 @@ class Grader:
                 if lab in problems:
                     continue
                 session.start_test(self.rubric.labs[lab].time_limit_s)
-                error = session.probe(lab, names=required_names(self.rubric.labs[lab].file))
+                error = session.probe(lab, names=required_names(self.rubric.labs[lab].file,
+                                                                   self.course.solutions))
                 if error is not None and error.kind == "forbidden":
                     # Found in the source before any test ran, on whatever branch it sits.
                     problems[lab] = Problem(LabStatus.FORBIDDEN_API, error.describe(
@@ -344,13 +345,13 @@ class Grader:
         return result
 
 
-def grade_submission(submission: str | Path, *, rubric: Rubric | None = None,
+def grade_submission(submission: str | Path, *, course: Course,
                      labs: list[str] | None = None,
                      visibility: tuple[str, ...] = VISIBILITIES,
                      name: str | None = None) -> SubmissionResult:
     """Grade one submission with a Grader of its own (started and closed here)."""
     # One submission's few workers do not repay preparing the zygote's heap for many forks.
-    grader = Grader(rubric, visibility=visibility, many_workers=False)
+    grader = Grader(course, visibility=visibility, many_workers=False)
     try:
         # The sandbox and the pytest session start side by side (``Grader.start``).
         grader.start(suites=True)
@@ -406,9 +407,10 @@ def identity(paths):
 '''
 
 
-def required_names(filename: str) -> list[str]:
-    """The public top-level functions and classes of the reference solution (the contract)."""
-    path = paths.SOLUTIONS / filename
+def required_names(filename: str, solutions: Path) -> list[str]:
+    """The public top-level functions and classes of the reference solution (the contract)
+    in the folder ``solutions``."""
+    path = Path(solutions) / filename
     if not path.is_file():
         return []
     st = path.stat()
@@ -463,7 +465,9 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
                 passed = not failed
                 desc = cases[0].description
                 dur = sum(c.duration_s for c in cases)
-                msg = ""
+                # A passed public test may report something (lab 8: the training's figures).
+                msg = next((c.message for c in cases if c.message), "") \
+                    if not failed and t.visibility == "public" else ""
                 if failed:
                     first = failed[0]
                     case = f"[{first.case}] " if first.case and t.visibility == "public" else ""

@@ -104,13 +104,16 @@ def _kernel_dependencies(lab: str) -> dict[str, str]:
     return deps
 
 
-def _run_grader(request: dict) -> dict:
-    """Grade in a fresh process: ``python -m grader.notebooks --kernel-grade`` (JSON in, JSON
-    out), run from an empty folder so that nothing next to the notebook shadows a package."""
+def _run_grader(request: dict, course: str | Path | None = None) -> dict:
+    """Grade in a fresh process: ``python -m grader.cli.kernel_grade [--course DIR]`` (JSON
+    in, JSON out), run from an empty folder so that nothing next to the notebook shadows a
+    package. The course: ``course``, else what the command line finds (``--course``'s
+    fallbacks: ``GRADER_COURSE_DIR``, else the kit)."""
+    where = ["--course", str(course)] if course is not None else []
     with tempfile.TemporaryDirectory(prefix="grader-nb-") as cwd:
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "grader.notebooks", "--kernel-grade"],
+                [sys.executable, "-m", "grader.cli.kernel_grade", *where],
                 input=json.dumps(request).encode(), capture_output=True, cwd=cwd,
                 timeout=KERNEL_GRADE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -208,20 +211,19 @@ def check_hidden(lab: str, ids: list[str]) -> float:
     return earned
 
 
-def _kernel_grade(request: dict) -> dict:
-    """The trusted side of :func:`check` (runs in the subprocess)."""
-    from grader import paths
+def kernel_grade(request: dict, course) -> dict:
+    """The trusted side of :func:`check` (runs in the subprocess, ``grader.cli.kernel_grade``,
+    which passes the ``Course``)."""
     from grader.errors import NotebookError
     from grader.grading import Grader
     from grader.intake.notebook import Cell, extract_lab_source, given_imports, is_test_cell
-    from grader.rubric import load_rubric
 
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = course.rubric
     lab = request.get("lab")
     if lab not in rubric.labs:
         return {"ok": False, "error": f"unknown lab {lab!r}; the labs are {', '.join(rubric.labs)}"}
     spec = rubric.labs[lab]
-    visibility = ("public", "hidden") if (paths.SUITES / "hidden" / f"test_{lab}.py").is_file() \
+    visibility = ("public", "hidden") if (course.suites / "hidden" / f"test_{lab}.py").is_file() \
         else ("public",)
     cells = [Cell(label=str(c["label"]), source=str(c["source"]), test=is_test_cell(str(c["source"])))
              for c in request.get("cells", [])]
@@ -233,7 +235,8 @@ def _kernel_grade(request: dict) -> dict:
 
     try:
         got = extract_lab_source(cells, name=f"{lab} (this notebook)",
-                                 prelude=given_imports(spec.file), forbidden=spec.forbidden)
+                                 prelude=given_imports(spec.file, course.solutions),
+                                 forbidden=spec.forbidden)
     except NotebookError as exc:
         for name, t in spec.tests.items():
             record(name, t.visibility, t.points, False, str(exc))
@@ -245,26 +248,8 @@ def _kernel_grade(request: dict) -> dict:
             other = rubric.lab_for_file(str(file))
             if other is not None and other.name != lab:     # reaches the sandbox, not graded
                 Path(tmp, other.file).write_text(str(text), encoding="utf-8")
-        with Grader(rubric, visibility=visibility) as grader:
+        with Grader(course, visibility=visibility) as grader:
             result = grader.grade(tmp, labs=[lab], name=lab)
     for t in result.lab(lab).tests:
         record(t.name, t.visibility, t.max_score, t.passed, t.message)
     return reply
-
-
-def _kernel_grade_main() -> int:
-    try:
-        request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        reply = _kernel_grade(request)
-    except Exception as exc:  # the kernel shows this as the reason the test could not run
-        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    sys.stdout.write("\n" + json.dumps(reply) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--kernel-grade"]:
-        sys.exit(_kernel_grade_main())
-    print("usage: python -m grader.notebooks --kernel-grade  (used by the notebooks' test cells; "
-          "see `grader notebooks --help`)", file=sys.stderr)
-    sys.exit(2)

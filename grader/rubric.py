@@ -18,7 +18,6 @@ from typing import Any
 
 import yaml
 from grader.errors import RubricError, SuiteError  # noqa: F401 - raised here, caught by callers
-from grader import paths
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -645,7 +644,7 @@ def load_rubric(path: str | Path) -> Rubric:
     except FileNotFoundError:
         if path.name == "rubric.yaml":
             raise RubricError(f"no rubric.yaml in {path.parent.resolve()} (pass --course DIR "
-                              f"or set {paths.ENV})") from None
+                              "or set GRADER_COURSE_DIR)") from None
         raise RubricError(f"{path}: rubric file not found") from None
     except IsADirectoryError:
         raise RubricError(f"{path}: expected a rubric file, got a directory") from None

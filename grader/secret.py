@@ -19,18 +19,18 @@ import os
 import secrets
 from pathlib import Path
 
-from grader import paths
 from grader.errors import UsageError
 
 SECRET_FILE = ".grader-secret"
 SECRET_BYTES = 32
 
 
-def secret_path(course: Path | None = None) -> Path:
-    return Path(course or paths.COURSE) / SECRET_FILE
+def secret_path(course: str | Path) -> Path:
+    """The secret's file in the course folder ``course``."""
+    return Path(course) / SECRET_FILE
 
 
-def course_secret(course: Path | None = None) -> bytes:
+def course_secret(course: str | Path) -> bytes:
     """The course's secret, created (atomically, at most once) if there is none yet."""
     path = secret_path(course)
     try:
@@ -67,3 +67,12 @@ def hidden_seed(secret: bytes, test_id: str) -> int:
 def secret_digest(secret: bytes) -> str:
     """A name for the secret that gives nothing of it away (batch fingerprints)."""
     return hashlib.sha256(b"attention-labs course secret\0" + secret).hexdigest()
+
+
+def training_start_seed(secret: bytes, lab: str, source: bytes) -> int:
+    """The seed of the initial weights the grader gives a training (lab 8): from the course
+    secret and the lab file's bytes, so unknown before grading (and elsewhere), different
+    for every file handed in, and the same at a regrade. Without a secret (a student's own
+    check) it still differs per file, and proves nothing: local checks vouch for nothing."""
+    digest = hashlib.sha256(source).hexdigest()
+    return hidden_seed(secret, f"{lab}:training start:{digest}")

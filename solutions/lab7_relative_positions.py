@@ -49,7 +49,8 @@ The comparison at the end of the lab (``extrapolation_comparison``) puts the sam
 positions 0..W-1 (inside the "training" length) and at offset..offset+W-1 (past it) and
 measures how far each scheme's attention pattern moves: the learned table cannot even look
 the positions up, the sinusoidal pattern moves, RoPE's and ALiBi's stay exactly where they
-were.
+were.  It also hands back the weights past the training length, the evidence for each
+scheme's answer.
 """
 
 import math
@@ -155,16 +156,19 @@ def extrapolation_comparison(q, k, train_len, offset, num_heads=4, base=10000.0)
       "rope":       rope_scores(q, k, positions, positions, base);
       "alibi":      q k^T / sqrt(d_head) - slope_h |p_i - p_j| (alibi_slopes(num_heads)),
                     every head.
-    Returns plain data: {scheme: {"raised": bool, "max_weight_change": float or None}},
-    max_weight_change = max |weights past - weights inside| (over heads too, for ALiBi), a
-    Python float; None where the scheme raised. ValueError if W > train_len or
-    offset + W <= train_len. An extension of the contract: the lab's comparison, in code.
+    Returns {scheme: {"raised": bool, "max_weight_change": float or None,
+    "weights_past": tensor or None}}: max_weight_change = max |weights past - weights inside|
+    (over heads too, for ALiBi), a Python float; weights_past = the weights of the placement
+    past train_len, in q's dtype, (W, W) ((num_heads, W, W) for ALiBi); both None where the
+    scheme raised. ValueError if W > train_len or offset + W <= train_len. An extension of the
+    contract: the lab's comparison, in code.
     """
     # BEGIN SOLUTION
     # hint: weights(scores) = torch.softmax(scores, dim=-1); compare the two placements with (a - b).abs().max().
     # hint: sinusoidal: lab 3's sin/cos of position * base ** (-2i / d_head) for just these positions.
     # hint: learned: torch.nn.Embedding(train_len, d_head) looked up at positions >= train_len raises IndexError: catch it.
     # hint: ALiBi needs only the distances p_i - p_j: the same numbers at both placements.
+    # hint: report the weights past train_len themselves too ("weights_past"): the grader compares them with its own.
     width, d_head = q.shape
     if width > train_len:
         raise ValueError(f"the {width} tokens do not fit in train_len={train_len}")
@@ -204,9 +208,10 @@ def extrapolation_comparison(q, k, train_len, offset, num_heads=4, base=10000.0)
             before = torch.softmax(scores(inside), dim=-1)
             after = torch.softmax(scores(past), dim=-1)
         except IndexError:
-            changes[name] = {"raised": True, "max_weight_change": None}
+            changes[name] = {"raised": True, "max_weight_change": None, "weights_past": None}
             continue
         changes[name] = {"raised": False,
-                        "max_weight_change": float((after - before).abs().max())}
+                         "max_weight_change": float((after - before).abs().max()),
+                         "weights_past": after}                 # (W, W); (H, W, W) for ALiBi
     return changes
     # END SOLUTION

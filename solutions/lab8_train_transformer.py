@@ -37,6 +37,11 @@ current token is visible, so the loss drops to zero by *copying*, and greedy dec
 repeats BOS forever. A random model's loss is ln 13 ~ 2.56 per token; a trained one goes far
 below.
 
+The learning rate that learns fast (Adam at 3e-3) does not settle: its loss keeps bouncing
+between ~0.01 and ~0.1 nats, and greedy decoding between ~85% and ~99% exact, depending on
+the step you stop at. Lower it once the loss is low (a third of it below 0.05, say): within
+a few dozen steps the loss settles near 0.001 and nearly every sequence comes out exact.
+
 Inference: greedy decoding
 --------------------------
 At test time there is no target: start from BOS, run the decoder, append the argmax of the
@@ -54,12 +59,21 @@ Optional extension: set ``model.loss_history`` (a list of floats, one per step) 
 returning it; the grader fetches it as plain numbers and draws your loss curve in the
 feedback.
 
-Weights set by hand can reverse digits too, so the grader also checks that yours were
-*learnt*: it keeps the model's weights from just before its first forward pass with
-gradients on (or its first optimizer step), and checks that their loss was near chance,
-that the returned weights do far better, and that they were reached from the first ones by
-training steps. Re-initialising the weights before training is fine; training one model
-and returning another is not.
+Weights set by hand can reverse digits too, so the start of your training is the grader's:
+while ``train`` runs, every ``Seq2SeqTransformer()`` you build starts from initial weights
+the grader draws (the default initialisation's kind, from a secret seed). The grader judges
+the returned weights against that start: their loss must be at most a quarter of the
+start's, and they must still hold much of it (training takes small steps). So train the
+model as it is built: any optimiser, schedule, clipping, label smoothing, float64 or keeping
+the best checkpoint is fine; re-initialising it, or loading weights from elsewhere, discards
+the grader's start and earns no outcome points.
+
+What earns the points: the public training test (4 points) checks the budget, the loss
+falling from the grader's start, and that the loss ignores PAD; the hidden tests score
+exact reversals of the grader's own held-out sequences (lengths 1-8) by greedy decoding
+with the contract's model: 2 points each at 50%, 80% and 95%. The public test's feedback
+tells you your CPU seconds, your loss at the start and the end, and the exact-match
+fraction on 256 public held-out sequences.
 """
 
 import math
@@ -287,12 +301,14 @@ def train(seed, budget_s=60.0):
     # hint: tgt_in = tgt[:, :-1] is what the decoder reads, tgt_out = tgt[:, 1:] what it predicts.
     # hint: loss = cross_entropy(logits.reshape(-1, 13), tgt_out.reshape(-1), ignore_index=PAD).
     # hint: watch time.process_time() and stop with a margin; stop early once the loss is tiny.
+    # hint: once the loss is low, lower the learning rate (a third, say): it settles, not bounces.
     start = time.process_time()
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = Seq2SeqTransformer()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     warmup, max_steps, batch_size = 100, 3000, 64
+    settle = 1.0            # 0.3 once the loss is low (below)
     model.loss_history = []
     model.train()
     for step in range(max_steps):
@@ -300,7 +316,7 @@ def train(seed, budget_s=60.0):
         if time.process_time() - start > 0.85 * budget_s:
             break
         for group in optimizer.param_groups:
-            group["lr"] = 3e-3 * min(1.0, (step + 1) / warmup)
+            group["lr"] = 3e-3 * min(1.0, (step + 1) / warmup) * settle
         src, tgt = make_batch(batch_size, 1, 8, generator)
         logits = model(src, tgt[:, :-1])  # teacher forcing: read the prefix ...
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
@@ -309,8 +325,17 @@ def train(seed, budget_s=60.0):
         loss.backward()  # d loss / d every parameter
         optimizer.step()
         model.loss_history.append(loss.item())
-        # Done when the last 50 steps averaged under 0.02 nats per token (~all exact).
-        if len(model.loss_history) >= 50 and sum(model.loss_history[-50:]) / 50 < 0.02:
+        if len(model.loss_history) < 50:
+            continue
+        recent = sum(model.loss_history[-50:]) / 50    # the last 50 steps' mean loss
+        # At lr 3e-3 the loss bounces between ~0.01 and ~0.1 and greedy decoding between
+        # ~85% and ~99% exact, depending on the step it stops at; a third of the rate once
+        # the loss is below 0.05 settles it: ~0.001 and ~100% exact within 50-100 steps.
+        if recent < 0.05:
+            settle = 0.3
+        # Done when the last 50 steps averaged under 0.002 nats per token (all but ~0.1% of
+        # sequences exact, from every start measured).
+        if recent < 0.002:
             break
     model.eval()
     return model

@@ -18,14 +18,30 @@ from grader.rubric import load_rubric  # noqa: E402
 
 @pytest.fixture(scope="session")
 def rubric():
-    return load_rubric(paths.RUBRIC)
+    return load_rubric((paths.KIT / "rubric.yaml"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kit_references():
+    """The kit's reference solutions for the tests that load references or mistakes
+    directly, outside a Grader (a Grader's pytest session sets its course's before every
+    run: ``SuiteRunner``, ``grader.engine.reference.use_solutions``)."""
+    from grader.engine.reference import use_solutions
+
+    use_solutions(paths.KIT / "solutions")
+    yield
+    use_solutions(None)
 
 
 @pytest.fixture(scope="session")
 def zygote(rubric):
     """One torch-loaded zygote for the tests that only grade (import torch is paid once);
     restarted if a test left it dead (helpers.SharedZygote)."""
-    shared = SharedZygote(forbidden=rubric.all_forbidden)
+    from grader.course import Course
+
+    # What a Grader of the kit's course hides from its workers (``Course.private_paths``).
+    shared = SharedZygote(forbidden=rubric.all_forbidden,
+                          hide=Course(paths.KIT, rubric).private_paths)
     try:
         yield shared
     finally:

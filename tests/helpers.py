@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from grader import paths
+from grader.course import Course
 from grader.grading import VISIBILITIES, Grader
 from grader.results import SubmissionResult
 from grader.sandbox import Zygote
@@ -37,7 +38,7 @@ def expectation(name: str) -> dict:
 def make_submission(name: str, dest: Path) -> Path:
     """Reference solutions overlaid with fixture ``name``; returns the submission folder."""
     dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, dest / f.name)
     for f in sorted((FIXTURES / name).iterdir()):
         if f.suffix == ".py":
@@ -64,7 +65,7 @@ def labs_changed(name: str, rubric) -> list[str]:
 def grade(submission, *, rubric, zygote, labs=None, visibility=VISIBILITIES, name=None,
           send_ahead: bool = False) -> SubmissionResult:
     """Grade one submission as ``grader grade`` does, on a zygote the test shares."""
-    with Grader(rubric, zygote=zygote, visibility=visibility, send_ahead=send_ahead) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote, visibility=visibility, send_ahead=send_ahead) as grader:
         return grader.grade(submission, labs=labs, name=name)
 
 

@@ -32,6 +32,7 @@ LABS = ["lab1_attention", "lab2_multihead"]
 
 def main(png: Path) -> None:
     from grader import paths
+    from grader.course import Course
     from grader.batch import grade_batch
     from grader.batch.pool import INTERNAL_ERROR, write_student
     from grader.outputs.gradebook import build_gradebook, failed_result
@@ -44,8 +45,8 @@ def main(png: Path) -> None:
             make_submission(fixture, root / student)
         make_submission("ok_einsum", root / FAULT)
         (root / "zoe-notes.txt").write_text("my lab is in the attached email\n")
-        grade_batch(root, out=out, jobs=2, progress=False, labs=LABS)
-        scored = load_rubric(paths.RUBRIC).only(LABS)
+        grade_batch(root, out=out, jobs=2, progress=False, labs=LABS, course=Course(paths.KIT))
+        scored = load_rubric((paths.KIT / "rubric.yaml")).only(LABS)
         reason = f"{INTERNAL_ERROR}: the grading process died (exit code -9)"
         write_student(out, FAULT, failed_result(FAULT, scored, reason, Fault.GRADER), None)
         students = sorted([*CLASS, FAULT, "zoe-notes.txt"])

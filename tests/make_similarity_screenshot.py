@@ -27,6 +27,7 @@ LABS = ["lab1_attention", "lab2_multihead"]
 
 def main(png: Path) -> None:
     from grader import paths
+    from grader.course import Course
     from grader.batch.integrity import class_report
     from grader.batch.students import list_students
     from grader.outputs.class_page import ClassView, class_page_html
@@ -34,7 +35,7 @@ def main(png: Path) -> None:
     from grader.rubric import load_rubric
     from test_dashboard import thirteen_and_two_apart, view_of
 
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     fixtures = Path(__file__).parent / "fixtures" / "submissions"
     with tempfile.TemporaryDirectory(prefix="similarity-shot-") as tmp:
         root = Path(tmp) / "class"
@@ -42,7 +43,7 @@ def main(png: Path) -> None:
         for record in view.students:           # everyone hands in the stubs of labs 1-2 ...
             folder = make_submission("ok_einsum", root / record.student)
             for lab in LABS:
-                (folder / f"{lab}.py").write_text((paths.EXERCISES / f"{lab}.py").read_text())
+                (folder / f"{lab}.py").write_text(((paths.KIT / "exercises") / f"{lab}.py").read_text())
 
         def hand_in(student, lab, text):
             (root / student / f"{lab}.py").write_text(text)
@@ -59,8 +60,8 @@ def main(png: Path) -> None:
         rng = random.Random(30)
         # ana copies s01's lab 1 (renamed, reordered, reformatted ...); bo the solution's lab 2
         hand_in("ana", LABS[0], everything(fixture("ok_loops_style", LABS[0]), rng))
-        hand_in("bo", LABS[1], add_dead_code((paths.SOLUTIONS / f"{LABS[1]}.py").read_text(), rng))
-        report = class_report(list_students(root), rubric, LABS)
+        hand_in("bo", LABS[1], add_dead_code(((paths.KIT / "solutions") / f"{LABS[1]}.py").read_text(), rng))
+        report = class_report(list_students(root), Course(paths.KIT, rubric), LABS)
         page = Path(tmp) / "class.html"
         shown = ClassView(view.labs, view.students, view.max_total, view.score,
                           similarity=report)

@@ -5,6 +5,7 @@ Each ``tests/fixtures/attacks/atk_<name>/`` holds lab files and an ``expect.yaml
 ```yaml
 description: what the attack does
 attacked: [lab1_attention]        # labs that must score 0
+attacked_tests: [test_x]          # optional: only these tests of the attacked labs must fail
 intact: [lab2_multihead]          # labs of the same submission that must keep full marks
 base: ok_lab2_standalone          # optional: a tests/fixtures/submissions/ overlay first
 visibility: [public]              # optional: only these suites (hang attacks: keep it fast)
@@ -52,6 +53,7 @@ import yaml
 
 from helpers import grade
 from grader import paths
+from grader.course import Course
 from grader.outputs.gradescope import write_gradescope
 from grader.sandbox import Limits, Zygote
 from grader.sandbox.host import SLOT_UID_BASE
@@ -59,7 +61,7 @@ from grader.sandbox.host import SLOT_UID_BASE
 HERE = Path(__file__).parent
 ATTACKS = HERE / "fixtures" / "attacks"
 SUBMISSIONS = HERE / "fixtures" / "submissions"
-REPO = paths.COURSE
+REPO = paths.KIT
 SLOT = 60 + os.getpid() % 20
 DEFAULT_TIME_LIMIT_S = 5.0
 
@@ -149,7 +151,7 @@ def secret_lines() -> list[str]:
     """Lines only the grader has: hidden suites and solution regions (not public anywhere)."""
     public: set[str] = set()
     for f in [*(paths.SUITES / "public").glob("*.py"), *paths.SUITES.glob("*.py"),
-              *paths.EXERCISES.glob("*.py"), *SUBMISSIONS.glob("*/*.py"),
+              *(paths.KIT / "exercises").glob("*.py"), *SUBMISSIONS.glob("*/*.py"),
               *ATTACKS.glob("*/*.py")]:
         public.update(line.strip() for line in f.read_text().splitlines())
     public.update(line.strip() for line in REAL_LAB1.splitlines())
@@ -157,7 +159,7 @@ def secret_lines() -> list[str]:
     for f in (paths.SUITES / "hidden").glob("*.py"):
         secret += [line.strip() for line in f.read_text().splitlines()]
         public.update(_description_lines(f.read_text()))
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         secret += _region_lines(f)
     return sorted({s for s in secret if len(s) >= 30 and s not in public})
 
@@ -266,7 +268,7 @@ def lay_out(name: str, env: Env, dest: Path | None = None) -> Path:
     """Reference solutions, then the base overlay, then the attack's files (filled in)."""
     dest = dest or env.submission
     dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, dest / f.name)
     base = expectation(name).get("base")
     if base:
@@ -383,7 +385,8 @@ def attack_zygote(rubric):
     old = os.environ.get("GRADER_SECRET")
     os.environ["GRADER_SECRET"] = ZYGOTE_SECRET
     try:
-        z = Zygote(forbidden=rubric.all_forbidden, slot=SLOT, limits=Limits(memory_mb=768)).start()
+        z = Zygote(forbidden=rubric.all_forbidden, slot=SLOT, limits=Limits(memory_mb=768),
+                   hide=Course(paths.KIT, rubric).private_paths).start()
     finally:
         if old is None:
             os.environ.pop("GRADER_SECRET", None)
@@ -422,6 +425,10 @@ def check_scores(result, expect: dict) -> None:
     for name in expect.get("attacked", []):
         lab = by_lab[name]
         passed = [t.name for t in lab.tests if t.passed]
+        if expect.get("attacked_tests"):       # only these tests are the attack's target
+            won = sorted(set(passed) & set(expect["attacked_tests"]))
+            assert won == [], f"{name}: {won} must fail under attack"
+            continue
         assert lab.score == 0, f"{name} must score 0 under attack, passed: {passed}"
     for name in expect.get("intact", []):
         lab = by_lab[name]
@@ -463,13 +470,13 @@ def test_every_attack_fixture_is_well_formed():
         assert expect.get("description") and expect.get("attacked"), name
         assert set(expect) <= {"description", "attacked", "intact", "base", "visibility",
                                "time_limit_s", "cli", "process_names", "feedback_contains",
-                               "secret_env", "hidden_feedback_free_of"}, name
+                               "secret_env", "hidden_feedback_free_of", "attacked_tests"}, name
 
 
 def test_gate_control_a_succeeding_attack_would_score(rubric, attack_zygote, env):
     """The gated Lab 1 every attack builds on earns full marks when ``_attack()`` is True."""
     env.submission.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         shutil.copyfile(f, env.submission / f.name)
     (env.submission / "lab1_attention.py").write_text(
         REAL_LAB1 + "\n\ndef _attack():\n    return True\n")
@@ -483,7 +490,7 @@ def test_gate_control_a_succeeding_attack_would_score(rubric, attack_zygote, env
 def test_attack_is_contained(name, rubric, attack_zygote, env, secrets):
     expect = expectation(name)
     submission = lay_out(name, env)
-    protected = [paths.SOLUTIONS, paths.SUITES, paths.RUBRIC, submission, env.other]
+    protected = [(paths.KIT / "solutions"), paths.SUITES, (paths.KIT / "rubric.yaml"), submission, env.other]
     before = snapshot(*protected)
     zygote = RecordingZygote(attack_zygote)
     labs = [*expect["attacked"], *expect.get("intact", [])]
@@ -508,7 +515,7 @@ def test_attack_is_contained(name, rubric, attack_zygote, env, secrets):
 
 
 def _cli_rubric(tmp: Path, seconds: float) -> Path:
-    text = paths.RUBRIC.read_text()
+    text = (paths.KIT / "rubric.yaml").read_text()
     text = re.sub(r"time_limit_s:\s*[\d.]+", f"time_limit_s: {seconds}", text)
     path = tmp / "rubric.yaml"
     path.write_text(text)
@@ -522,7 +529,7 @@ def test_attack_through_the_cli_leaves_results_alone(name, env, secrets):
     expect = expectation(name)
     submission = lay_out(name, env)
     rubric_path = _cli_rubric(env.root, 3)
-    protected = [paths.SOLUTIONS, paths.SUITES, paths.RUBRIC, submission, env.other]
+    protected = [(paths.KIT / "solutions"), paths.SUITES, (paths.KIT / "rubric.yaml"), submission, env.other]
     before = snapshot(*protected)
     cmd = [sys.executable, "-m", "grader.cli", "--rubric", str(rubric_path), "grade",
            str(submission), "--out", str(env.out), "--lab", expect["attacked"][0]]
@@ -554,20 +561,22 @@ DRIVER = textwrap.dedent('''
     from grader.outputs.gradescope import write_gradescope
     from grader.sandbox import Zygote, Limits
     from grader import paths
+    from grader.course import Course
     spec = json.load(open(sys.argv[1]))
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     def limited(seconds):
         labs = {n: dataclasses.replace(l, time_limit_s=seconds, tests={
             k: dataclasses.replace(t, time_limit_s=seconds) for k, t in l.tests.items()})
             for n, l in rubric.labs.items()}
         return dataclasses.replace(rubric, labs=labs)
     zygote = Zygote(forbidden=rubric.all_forbidden, mode=spec["mode"],
-                    limits=Limits(memory_mb=768)).start()
+                    limits=Limits(memory_mb=768),
+                    hide=Course(paths.KIT, rubric).private_paths).start()
     report = {"mode": zygote.mode, "landlock": zygote.landlock, "uid": os.getuid(),
               "results": {}}
     try:
         for job in spec["jobs"]:
-            with Grader(limited(job["time_limit_s"]), zygote=zygote,
+            with Grader(Course(paths.KIT, limited(job["time_limit_s"])), zygote=zygote,
                         visibility=tuple(job["visibility"])) as grader:
                 result = grader.grade(job["submission"], labs=job["labs"])
             write_gradescope(result, os.path.join(job["out"], "results.json"))
@@ -628,7 +637,7 @@ def test_attacks_as_nobody(mode, tmp_path, monkeypatch, secrets):
             envs.append(env)
             os.chmod(env.out, 0o777)
             sub = lay_out(name, env)
-            before_all[name] = snapshot(paths.SOLUTIONS, paths.SUITES, paths.RUBRIC, sub,
+            before_all[name] = snapshot((paths.KIT / "solutions"), paths.SUITES, (paths.KIT / "rubric.yaml"), sub,
                                         env.other)
             # The attacked lab's public tests only (their feedback shows student output):
             # the full set runs as root above; this run is about the other modes.
@@ -663,8 +672,8 @@ def test_attacks_as_nobody(mode, tmp_path, monkeypatch, secrets):
             text = (env.out / "results.json").read_text() + json.dumps(result)
             assert_no_leak(text, env, secrets, f"{name} as nobody ({mode})")
             assert envs[0].secret_env not in text
-            check_harmless(env, before_all[name], [paths.SOLUTIONS, paths.SUITES,
-                                                   paths.RUBRIC, env.submission, env.other],
+            check_harmless(env, before_all[name], [(paths.KIT / "solutions"), paths.SUITES,
+                                                   (paths.KIT / "rubric.yaml"), env.submission, env.other],
                            expect)
         left = leftovers(names=("atkdaemon", "atkforkbomb"))
         # The driver's zygote, keepers and workers end as a cascade once it exits (each

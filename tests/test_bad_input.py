@@ -25,7 +25,7 @@ LAB1, LAB2 = "lab1_attention", "lab2_multihead"
 
 def reference(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, dest / f.name)
     # lab2 imports lab1: keep it independent so that it can show "the rest still grades"
     standalone = Path(__file__).parent / "fixtures" / "submissions" / "ok_lab2_standalone"
@@ -84,7 +84,7 @@ def test_empty_submission_folder(rubric, zygote, tmp_path):
 
 def test_submission_that_is_a_symlink_is_refused(rubric, zygote, tmp_path):
     link = tmp_path / "link"
-    link.symlink_to(paths.SOLUTIONS)
+    link.symlink_to((paths.KIT / "solutions"))
     with pytest.raises(SubmissionError, match="symbolic link"):
         grade(link, rubric, zygote)
 
@@ -113,7 +113,7 @@ CASES = {
     "whitespace": (lambda p: p.write_text("\n\n   \n"), "error", ["is empty"]),
     "huge_sparse": (lambda p: os.truncate(p.open("wb").name, 100 << 20), "error",
                     ["lab1_attention.py", "100.0 MiB", "limit"]),
-    "symlink_to_solutions": (lambda p: p.symlink_to(paths.SOLUTIONS / "lab1_attention.py"),
+    "symlink_to_solutions": (lambda p: p.symlink_to((paths.KIT / "solutions") / "lab1_attention.py"),
                              "error", ["symbolic link"]),
     "symlink_dangling": (lambda p: p.symlink_to("/nonexistent/lab1.py"), "error",
                          ["symbolic link"]),
@@ -162,7 +162,7 @@ def test_utf8_bom_is_accepted(rubric, zygote, tmp_path):
 def test_symlinked_folder_is_not_followed(rubric, zygote, tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
-    (sub / "work").symlink_to(paths.SOLUTIONS, target_is_directory=True)
+    (sub / "work").symlink_to((paths.KIT / "solutions"), target_is_directory=True)
     result = grade(sub, rubric, zygote)
     assert_refused(result, LAB1, "missing", "not found", "symbolic links")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from helpers import grade, grading_bound_s, make_submission
+from grader.course import Course
 from grader import batch, paths
 from grader.batch import grade_batch
 from grader.errors import SandboxError, ZipRejected
@@ -82,7 +83,7 @@ def unhurried_rubric(dest: Path) -> Path:
     longer. These tests check the batch's bookkeeping against a known class; on a loaded
     machine a training ran past 160 s of wall time, and alice lost lab 8's points. The
     budgets (CPU seconds, memory) are unchanged."""
-    text = paths.RUBRIC.read_text(encoding="utf-8")
+    text = (paths.KIT / "rubric.yaml").read_text(encoding="utf-8")
 
     def lengthen(match: re.Match) -> str:
         seconds = float(match.group(1))
@@ -101,7 +102,7 @@ def batch_rubric(tmp_path_factory) -> Path:
 def graded(tmp_path_factory, rubric, batch_rubric):
     root = build_class(tmp_path_factory.mktemp("class"), rubric)
     out = tmp_path_factory.mktemp("out")
-    summary = grade_batch(root, out=out, jobs=2, progress=False, rubric=batch_rubric)
+    summary = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
     return root, out, summary
 
 
@@ -229,13 +230,13 @@ def test_rerun_skips_unchanged_and_regrades_only_the_changed(graded, tmp_path, r
     shutil.copytree(out0, out)
     before, csv_before = mtimes(out), (out / "grades.csv").read_bytes()
 
-    again = grade_batch(root, out=out, jobs=2, progress=False, rubric=batch_rubric)
+    again = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
     assert (again.graded, again.up_to_date) == (0, 7)
     assert mtimes(out) == before
     assert (out / "grades.csv").read_bytes() == csv_before
 
-    shutil.copyfile(paths.SOLUTIONS / "lab1_attention.py", root / "bob" / "lab1_attention.py")
-    changed = grade_batch(root, out=out, jobs=2, progress=False, rubric=batch_rubric)
+    shutil.copyfile((paths.KIT / "solutions") / "lab1_attention.py", root / "bob" / "lab1_attention.py")
+    changed = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
     assert (changed.graded, changed.up_to_date) == (1, 6)
     after = mtimes(out)
     assert [s for s in STUDENTS if after[s] != before[s]] == ["bob"]
@@ -272,7 +273,7 @@ def test_killed_batch_resumes_to_the_same_gradebook(graded, tmp_path, rubric, ba
     assert 3 <= done < len(STUDENTS), done
     assert not (out / "grades.csv").exists()
 
-    resumed = grade_batch(root, out=out, jobs=2, progress=False, rubric=batch_rubric)
+    resumed = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
     assert resumed.up_to_date >= 3 and resumed.graded == len(STUDENTS) - resumed.up_to_date
     assert (out / "grades.csv").read_bytes() == (out0 / "grades.csv").read_bytes()
     assert (out / "summary.json").read_bytes() == (out0 / "summary.json").read_bytes()
@@ -283,7 +284,7 @@ def test_killed_batch_resumes_to_the_same_gradebook(graded, tmp_path, rubric, ba
 def quick_rubric(dest: Path, seconds: int) -> Path:
     """A copy of the course rubric whose ordinary time limits (10 s or less) are ``seconds``;
     the resource tests keep theirs (each of their calls starts a measured worker of its own)."""
-    text = paths.RUBRIC.read_text(encoding="utf-8")
+    text = (paths.KIT / "rubric.yaml").read_text(encoding="utf-8")
 
     def shorten(match: re.Match) -> str:
         return f"time_limit_s: {seconds}" if float(match.group(1)) <= 10 else match.group(0)
@@ -304,8 +305,8 @@ def test_hostile_students_do_not_affect_others(tmp_path, rubric):
     labs = [name for name, lab in rubric.labs.items()
             if not any(t.budget and t.budget.cpu_s for t in lab.tests.values())]
     assert "lab8_train_transformer" not in labs and len(labs) >= 4
-    quick = quick_rubric(tmp_path / "rubric.yaml", 3)
-    grade_batch(root, out=tmp_path / "out", jobs=2, progress=False, labs=labs, rubric=quick)
+    quick = Course(paths.KIT, quick_rubric(tmp_path / "rubric.yaml", 3))
+    grade_batch(root, out=tmp_path / "out", jobs=2, progress=False, course=quick, labs=labs)
 
     by = {r["student"]: r for r in read_csv(tmp_path / "out" / "grades.csv")}
     assert list(by) == ["a_good", "b_hang_import", "c_exit_import"]
@@ -335,8 +336,9 @@ def test_a_student_past_the_batch_budget_is_stopped_and_regraded_never_scored(
         source + "\n\ndef scaled_dot_product_attention(*args, **kwargs):\n"
                  "    while True:\n        pass\n")
     monkeypatch.setattr(batch, "student_budget_s", lambda rubric: 20.0)
-    summary = grade_batch(root, out=tmp_path / "out", jobs=1, progress=False,
-                          labs=["lab1_attention"], rubric=quick_rubric(tmp_path / "rubric.yaml", 3))
+    quick = Course(paths.KIT, quick_rubric(tmp_path / "rubric.yaml", 3))
+    summary = grade_batch(root, out=tmp_path / "out", jobs=1, progress=False, course=quick,
+                          labs=["lab1_attention"])
     by = {r["student"]: r for r in read_csv(tmp_path / "out" / "grades.csv")}
     assert by["d_hang_calls"]["status"] == \
         "grading failed: took longer than 20 s and was stopped"
@@ -395,7 +397,7 @@ def test_bad_root_is_a_usage_error(tmp_path):
     from grader.cli import main
     from grader.errors import UsageError
     with pytest.raises(UsageError, match="not a folder of submissions"):
-        grade_batch(tmp_path / "nope", out=tmp_path / "out", progress=False)
+        grade_batch(tmp_path / "nope", out=tmp_path / "out", progress=False, course=Course(paths.KIT))
     assert main(["batch", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
 
 

@@ -13,7 +13,7 @@ from helpers import grade
 from grader import paths
 from grader.sandbox import wire
 
-BENCHMARKS = paths.COURSE / "benchmarks"
+BENCHMARKS = paths.KIT / "benchmarks"
 
 
 def _load(name: str):
@@ -36,9 +36,9 @@ def floor():
 
 
 def test_in_process_floor_grades_the_solutions_as_the_sandbox_does(floor, rubric, zygote):
-    boxed = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    boxed = grade((paths.KIT / "solutions"), rubric=rubric, zygote=zygote)
     bare_zygote = floor.InProcessZygote()
-    bare = grade(paths.SOLUTIONS, rubric=rubric, zygote=bare_zygote)
+    bare = grade((paths.KIT / "solutions"), rubric=rubric, zygote=bare_zygote)
     assert boxed.score == rubric.max_points
     assert bare.to_dict_without_timings() == boxed.to_dict_without_timings()
     # Every lab was answered in this process, by the worker's own handler: one worker a
@@ -136,7 +136,7 @@ def test_bench_check_covers_a_one_lab_check_of_every_lab(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_check", BENCHMARKS / "bench_check.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    labs = sorted(p.stem for p in paths.SOLUTIONS.glob("lab*.py"))
+    labs = sorted(p.stem for p in (paths.KIT / "solutions").glob("lab*.py"))
     assert len(labs) == 8 and set(labs) <= set(bench.CASES)
     assert bench.check_args("lab5_decoder", tmp_path) == [str(tmp_path), "--lab", "lab5_decoder"]
     figures = tmp_path / "figures.json"

@@ -26,6 +26,7 @@ import yaml
 
 from helpers import make_submission
 from grader import paths
+from grader.course import Course
 from grader.authoring.bundles import build_gradescope, build_release
 from grader.errors import BundleError
 from grader.rubric import load_rubric
@@ -37,7 +38,7 @@ RUN_TIMEOUT_S = 180
 
 
 def _raw_rubric() -> dict:
-    return yaml.safe_load(paths.RUBRIC.read_text(encoding="utf-8"))
+    return yaml.safe_load((paths.KIT / "rubric.yaml").read_text(encoding="utf-8"))
 
 
 def _tests_by_visibility(visibility: str) -> dict[str, set[str]]:
@@ -52,7 +53,7 @@ def _tests_by_visibility(visibility: str) -> dict[str, set[str]]:
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
-    return build_release(tmp_path_factory.mktemp("release") / "labs")
+    return build_release(tmp_path_factory.mktemp("release") / "labs", Course(paths.KIT))
 
 
 def _bundle_env(bundle: Path) -> dict:
@@ -64,7 +65,7 @@ def _bundle_env(bundle: Path) -> dict:
 
 def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release):
     assert sorted(p.name for p in (release / "exercises").glob("lab*.py")) == \
-        sorted(p.name for p in paths.EXERCISES.glob("lab*.py"))
+        sorted(p.name for p in (paths.KIT / "exercises").glob("lab*.py"))
     assert sorted(p.name for p in (release / "grader" / "suites" / "public").glob("*.py")) == \
         sorted(p.name for p in (paths.SUITES / "public").glob("*.py"))
     for needed in ("grader/cli/__init__.py", "grader/cli/check.py", "grader/grading.py",
@@ -77,7 +78,7 @@ def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release)
     assert not (release / "grader" / "suites" / "hidden").exists()
     assert not (release / "solutions").exists()
     # Never the course secret (hidden inputs derive from it), by name or by value.
-    secret = course_secret().hex().encode()
+    secret = course_secret(paths.KIT).hex().encode()
     assert not [p for p in release.rglob("*") if p.name == SECRET_FILE or (
         p.is_file() and secret in p.read_bytes())]
     assert not list(release.rglob("__pycache__")) and not list(release.rglob("*.pyc"))
@@ -86,7 +87,7 @@ def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release)
 
 def test_release_rubric_lists_only_public_tests_and_their_points(release):
     public = load_rubric(release / "rubric.yaml")
-    full = load_rubric(paths.RUBRIC)
+    full = load_rubric((paths.KIT / "rubric.yaml"))
     assert list(public.labs) == list(full.labs)
     for name, lab in full.labs.items():
         expected = {n: t.points for n, t in lab.tests.items() if t.visibility == "public"}
@@ -98,7 +99,7 @@ def test_release_rubric_lists_only_public_tests_and_their_points(release):
 def _public_lines() -> set[str]:
     """Lines students get anyway: given code of the solution files, public suites."""
     lines = set()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         text = f.read_text(encoding="utf-8").splitlines()
         inside = set()
         for region in solution_regions("\n".join(text) + "\n", path=str(f)):
@@ -121,7 +122,7 @@ def test_release_contains_no_hidden_name_solution_line_or_hidden_suite_line(rele
     assert hidden_names, "the rubric has hidden tests to look for"
     given = _public_lines()
     solution_lines = set()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         for region in solution_regions(f.read_text(encoding="utf-8"), path=str(f)):
             solution_lines |= {s for line in region.code_lines
                                if _says_something(s := line.strip())}
@@ -156,7 +157,7 @@ def test_release_refuses_to_publish_a_leak(tmp_path):
     (package / "notes.py").write_text(f"# TODO: explain {hidden} in the feedback\n")
     out = tmp_path / "release"
     with pytest.raises(BundleError, match=rf"notes.py:1: hidden test name {hidden}"):
-        build_release(out, package=package)
+        build_release(out, Course(paths.KIT), package=package)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["grader"]  # no half-built folder left
 
@@ -168,7 +169,7 @@ def test_release_refuses_public_suites_that_need_the_solutions(tmp_path):
         "from grader.engine.reference import load_reference\n\n\ndef test_x(student):\n"
         "    load_reference('lab9_extra')\n")
     with pytest.raises(BundleError, match=r"test_lab9_extra\.py:1"):
-        build_release(tmp_path / "release", package=package)
+        build_release(tmp_path / "release", Course(paths.KIT), package=package)
     assert not (tmp_path / "release").exists()
 
 
@@ -176,18 +177,20 @@ def test_release_will_not_overwrite_a_folder(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
     with pytest.raises(BundleError, match="already exists"):
-        build_release(tmp_path / "out")
+        build_release(tmp_path / "out", Course(paths.KIT))
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
 
 def test_release_classroom_workflow_fetches_the_grader_from_a_secret(tmp_path):
-    out = build_release(tmp_path / "labs", classroom_workflow=True)
+    out = build_release(tmp_path / "labs", Course(paths.KIT), classroom_workflow=True)
     workflow = yaml.safe_load((out / ".github" / "workflows" / "classroom.yml").read_text())
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
     text = json.dumps(steps)
     assert "secrets.GRADER_BUNDLE_URL" in text
     grade = next(s for s in steps if s.get("id") == "labs")
-    assert "grader.cli classroom" in grade["run"] and "--github-output" in grade["run"]
+    # The bundle is the course, named on the command line (not through the environment).
+    assert 'grader.cli --course "$RUNNER_TEMP/grader" classroom' in grade["run"]
+    assert "--github-output" in grade["run"] and "GRADER_COURSE_DIR" not in grade["run"]
     # The grader runs from the downloaded bundle, never from the student's checkout.
     assert grade["working-directory"] == "${{ runner.temp }}/grader"
     assert "PYTHONPATH=$RUNNER_TEMP/grader" in grade["run"]
@@ -211,7 +214,7 @@ def test_grader_check_runs_from_the_unpacked_bundle(release, tmp_path):
 
     submission = tmp_path / "mine"
     submission.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         shutil.copyfile(f, submission / f.name)
     solved = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(submission)],
                             cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -258,7 +261,7 @@ def test_release_pyproject_builds_a_package_with_the_public_suites(release, tmp_
 
 @pytest.fixture(scope="module")
 def autograder_zip(tmp_path_factory) -> Path:
-    return build_gradescope(tmp_path_factory.mktemp("gradescope") / "autograder.zip")
+    return build_gradescope(tmp_path_factory.mktemp("gradescope") / "autograder.zip", Course(paths.KIT))
 
 
 @pytest.fixture(scope="module")
@@ -327,14 +330,14 @@ def test_zip_has_gradescope_entry_points_and_the_whole_grader(autograder_zip):
             assert stat.S_IMODE(infos[script].external_attr >> 16) == 0o755
             assert zf.read(script).startswith(b"#!/usr/bin/env bash\n")
         # The course secret travels with the autograder: its hidden inputs are the course's.
-        assert zf.read(SECRET_FILE).decode().strip() == course_secret().hex()
+        assert zf.read(SECRET_FILE).decode().strip() == course_secret(paths.KIT).hex()
         for needed in ("rubric.yaml", "requirements.txt", "pyproject.toml", "autograder.json",
                        "grader/grading.py", "grader/autograder/gradescope.py",
                        "grader/suites/pytest.ini"):
             assert needed in infos, needed
         for f in (paths.SUITES / "hidden").glob("*.py"):
             assert f"grader/suites/hidden/{f.name}" in infos
-        for f in paths.SOLUTIONS.glob("lab*.py"):
+        for f in (paths.KIT / "solutions").glob("lab*.py"):
             assert f"solutions/{f.name}" in infos
         assert not [n for n in infos if "__pycache__" in n or n.endswith(".pyc")]
         assert "torch" in zf.read("requirements.txt").decode()
@@ -345,17 +348,17 @@ def test_zip_has_gradescope_entry_points_and_the_whole_grader(autograder_zip):
 
 
 def test_zip_is_reproducible(autograder_zip, tmp_path):
-    again = build_gradescope(tmp_path / "again.zip")
+    again = build_gradescope(tmp_path / "again.zip", Course(paths.KIT))
     assert again.read_bytes() == autograder_zip.read_bytes()
 
 
 def test_gradescope_options_are_checked(tmp_path):
     with pytest.raises(BundleError, match="unknown lab"):
-        build_gradescope(tmp_path / "a.zip", labs=["lab9_nope"])
+        build_gradescope(tmp_path / "a.zip", Course(paths.KIT), labs=["lab9_nope"])
     with pytest.raises(BundleError, match=r"\.zip"):
-        build_gradescope(tmp_path / "a.tar")
+        build_gradescope(tmp_path / "a.tar", Course(paths.KIT))
     with pytest.raises(BundleError, match="URL"):
-        build_gradescope(tmp_path / "a.zip", torch_index_url="not a url; rm -rf /")
+        build_gradescope(tmp_path / "a.zip", Course(paths.KIT), torch_index_url="not a url; rm -rf /")
     assert not list(tmp_path.iterdir())
 
 
@@ -363,7 +366,7 @@ def test_correct_submission_gets_full_marks(autograder_zip, tmp_path, schema_val
     submission = make_submission("ok_einsum", tmp_path / "upload")
     results, proc, _ = run_autograder(autograder_zip, tmp_path, submission)
     check_results(results, schema_validator)
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     assert len(results["tests"]) == sum(len(lab.tests) for lab in rubric.labs.values())
     assert results["score"] == rubric_points(rubric) > 0
     assert all(t["status"] == "passed" for t in results["tests"]), proc.stdout
@@ -389,7 +392,7 @@ def test_one_bug_loses_some_points_with_feedback(autograder_zip, tmp_path, schem
     failed = [t for t in results["tests"] if t["status"] == "failed"]
     passed = [t for t in results["tests"] if t["status"] == "passed"]
     assert failed and passed, proc.stdout
-    assert 0 < results["score"] < rubric_points(load_rubric(paths.RUBRIC), ["lab1_attention"])
+    assert 0 < results["score"] < rubric_points(load_rubric((paths.KIT / "rubric.yaml")), ["lab1_attention"])
     assert all(t["output"].strip() for t in failed)
 
 
@@ -464,7 +467,7 @@ MultiHeadAttention.forward = _spin
 def test_watchdog_writes_partial_results_before_the_timeout(autograder_zip, tmp_path,
                                                             schema_validator):
     upload = make_submission("ok_einsum", tmp_path / "upload")
-    lab2 = (paths.SOLUTIONS / "lab2_multihead.py").read_text()
+    lab2 = ((paths.KIT / "solutions") / "lab2_multihead.py").read_text()
     (upload / "lab2_multihead.py").write_text(lab2 + HANGS_IN_LAB2)
     timeout_s = 40  # the runner keeps a 15 s margin: it stops itself after 25 s
     results, proc, elapsed = run_autograder(
@@ -479,7 +482,7 @@ def test_watchdog_writes_partial_results_before_the_timeout(autograder_zip, tmp_
     assert lab1 and all(t["status"] == "passed" for t in lab1), proc.stdout
     assert lab2 and all(t["status"] == "failed" for t in lab2)
     assert all("stopped after 25 s" in t["output"] for t in lab2)
-    assert results["score"] == rubric_points(load_rubric(paths.RUBRIC), ["lab1_attention"])
+    assert results["score"] == rubric_points(load_rubric((paths.KIT / "rubric.yaml")), ["lab1_attention"])
     assert results["extra_data"]["status"] == "timed out"
 
 
@@ -505,8 +508,8 @@ def test_misconfiguration_still_leaves_a_valid_results_json(autograder_zip, tmp_
 def test_sandbox_preflight_names_what_a_worker_can_see(rubric, zygote, tmp_path):
     from grader.grading import Grader
 
-    with Grader(rubric, zygote=zygote) as grader:
-        assert grader.isolation_problem([paths.SOLUTIONS, paths.RUBRIC, tmp_path]) is None
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
+        assert grader.isolation_problem([(paths.KIT / "solutions"), (paths.KIT / "rubric.yaml"), tmp_path]) is None
         # /usr is bound read-only into every worker: the probe must notice it.
         assert grader.isolation_problem([Path("/usr")]) == "sandbox workers can see /usr"
 
@@ -526,7 +529,7 @@ def test_the_release_computes_no_answer(release):
 def test_a_reference_function_under_another_name_stops_the_release(tmp_path):
     """The scan knows the references by their code, not their names or lines."""
     course, package = tmp_path / "course", tmp_path / "package"
-    shutil.copytree(paths.COURSE, course, ignore=shutil.ignore_patterns(
+    shutil.copytree(paths.KIT, course, ignore=shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "graded", "*.egg-info"))
     shutil.copytree(paths.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     source = (package / "suites" / "_inputs.py").read_text()
@@ -536,7 +539,7 @@ def test_a_reference_function_under_another_name_stops_the_release(tmp_path):
     public = package / "suites" / "public" / "test_lab1_attention.py"
     public.write_text(public.read_text() + "\n\n" + smuggled + "\n")
     with pytest.raises(BundleError, match="reference code \\(attention_weights64"):
-        build_release(tmp_path / "out", rubric_path=course / "rubric.yaml", course=course,
+        build_release(tmp_path / "out", Course(course, course / "rubric.yaml"),
                       package=package)
 
 
@@ -562,7 +565,7 @@ def test_release_words_are_written_for_a_student(release, tmp_path):
     for instructor_only in ("solutions/", "docs/security.md", "as implemented and graded",
                             "The project's"):
         assert instructor_only not in contract, instructor_only
-    full = (paths.COURSE / "docs" / "LAB_CONTRACT.md").read_text()
+    full = (paths.KIT / "docs" / "LAB_CONTRACT.md").read_text()
     assert re.findall(r"^## .*", contract, re.M) == re.findall(r"^## .*", full, re.M)
     for stub in (release / "exercises").glob("lab*.py"):
         first = stub.read_text().splitlines()[0]

@@ -11,6 +11,7 @@ import pytest
 
 from helpers import make_submission
 from grader import paths
+from grader.course import Course
 from grader.engine.call_plan import CallPlan, PlannedCall
 from grader.engine.student import Session, StudentLab, StudentTimeout
 from grader.grading import Grader
@@ -41,13 +42,13 @@ def scratch():
 @pytest.fixture(scope="module")
 def ahead(rubric, zygote):
     """A Grader that sends calls ahead (its plan recorded once, as a batch's)."""
-    with Grader(rubric, zygote=zygote, send_ahead=True) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True) as grader:
         yield grader
 
 
 @pytest.fixture(scope="module")
 def one_by_one(rubric, zygote):
-    with Grader(rubric, zygote=zygote) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
         yield grader
 
 
@@ -77,7 +78,7 @@ def _session(zygote, scratch, plan: CallPlan):
     "bug_max_len_unchecked", "broken_import", "missing_lab3",
 ])
 def test_send_ahead_grades_like_one_call_at_a_time(name, ahead, one_by_one, tmp_path):
-    folder = paths.SOLUTIONS if name == "solutions" else make_submission(name, tmp_path / name)
+    folder = (paths.KIT / "solutions") if name == "solutions" else make_submission(name, tmp_path / name)
     sent_ahead = ahead.grade(folder, name=name)
     assert ahead.call_plan() is not None
     assert sent_ahead.to_dict_without_timings() == \

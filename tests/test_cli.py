@@ -29,7 +29,7 @@ def run_process(*args, cwd=None):
 
 
 def test_check_passes_on_solutions_for_one_lab():
-    proc = run("check", str(paths.SOLUTIONS), "--lab", "lab3_positional")
+    proc = run("check", str((paths.KIT / "solutions")), "--lab", "lab3_positional")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "lab3_positional" in proc.stdout and "FAIL" not in proc.stdout
 
@@ -42,7 +42,7 @@ def test_check_fails_on_untouched_stub_and_says_not_implemented():
 
 
 def test_grade_writes_results_json(tmp_path):
-    proc = run("grade", str(paths.SOLUTIONS), "--out", str(tmp_path), "--lab", "lab3_positional")
+    proc = run("grade", str((paths.KIT / "solutions")), "--out", str(tmp_path), "--lab", "lab3_positional")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["score"] == data["extra_data"]["labs"]["lab3_positional"]["max_score"] > 0
@@ -52,7 +52,7 @@ def test_bad_rubric_is_reported_with_file_and_line(tmp_path):
     bad = tmp_path / "rubric.yaml"
     bad.write_text("version: 1\nlabs:\n  lab1_attention:\n    title: x\n    file: lab1_attention.py\n"
                    "    tests:\n      test_a: {points: two, visibility: public}\n")
-    proc = run("--rubric", str(bad), "check", str(paths.SOLUTIONS))
+    proc = run("--rubric", str(bad), "check", str((paths.KIT / "solutions")))
     assert proc.returncode == 2
     assert f"{bad}:7:" in proc.stderr and "points" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -71,7 +71,7 @@ def test_validate_passes_on_the_course():
 
 
 def test_grade_accepts_a_zip_and_writes_html_feedback(tmp_path):
-    zipped = paths.COURSE / "examples" / "submissions" / "cy_missing_lab3.zip"
+    zipped = paths.KIT / "examples" / "submissions" / "cy_missing_lab3.zip"
     proc = run("grade", str(zipped), "--out", str(tmp_path), "--lab", "lab3_positional", "--html")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "results.json").read_text())
@@ -104,14 +104,14 @@ def test_every_grader_error_is_one_line_per_problem_and_its_exit_code(error, mon
     assert out.out == ""
 
 
-@pytest.mark.parametrize("command", [["check", str(paths.SOLUTIONS)],
-                                     ["grade", str(paths.SOLUTIONS), "--out", "OUT"],
+@pytest.mark.parametrize("command", [["check", str((paths.KIT / "solutions"))],
+                                     ["grade", str((paths.KIT / "solutions")), "--out", "OUT"],
                                      ["batch", "CLASS", "--out", "OUT"]],
                          ids=["check", "grade", "batch"])
 def test_a_rubric_that_disagrees_with_the_suites_grades_nobody(command, tmp_path):
     """A typo in a test's name would fail that test for every student: every command
     refuses the rubric first, naming the file, the line and the nearest test name."""
-    text = (paths.RUBRIC).read_text()
+    text = ((paths.KIT / "rubric.yaml")).read_text()
     typo = tmp_path / "rubric.yaml"
     typo.write_text(text.replace("test_matches_pytorch_3d:", "test_matches_pytorch_3dd:", 1))
     line = text[: text.index("test_matches_pytorch_3d:")].count("\n") + 1

@@ -30,7 +30,7 @@ def run(*args, cwd=None, env=None):
 # -- 1. grader check: which folder, one file, one summary line per lab ----------------------
 
 def test_check_without_a_folder_checks_the_current_one_when_it_holds_lab_files(tmp_path):
-    (tmp_path / f"{LAB3}.py").write_bytes((paths.SOLUTIONS / f"{LAB3}.py").read_bytes())
+    (tmp_path / f"{LAB3}.py").write_bytes(((paths.KIT / "solutions") / f"{LAB3}.py").read_bytes())
     proc = run("check", "--lab", LAB3, cwd=tmp_path)
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
     assert f"Checking {tmp_path.resolve()}" in proc.stdout
@@ -42,14 +42,14 @@ def test_check_without_a_folder_falls_back_to_exercises_and_says_so(tmp_path):
     (tmp_path / "notes.txt").write_text("not a lab\n")
     proc = run("check", "--lab", LAB3, cwd=tmp_path)
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr    # untouched stubs
-    assert f"Checking {paths.EXERCISES}" in proc.stdout
+    assert f"Checking {paths.KIT / 'exercises'}" in proc.stdout
     n = sum(t.visibility == "public" for t in _rubric().labs[LAB3].tests.values())
     assert proc.stdout.rstrip().splitlines()[-1] == f"lab3: 0/{n} public tests pass"
 
 
 def test_check_of_one_lab_file_checks_that_lab_only(tmp_path):
     target = tmp_path / f"{LAB3}.py"
-    target.write_bytes((paths.SOLUTIONS / f"{LAB3}.py").read_bytes())
+    target.write_bytes(((paths.KIT / "solutions") / f"{LAB3}.py").read_bytes())
     proc = run("check", str(target))
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
     summaries = [line for line in proc.stdout.splitlines() if "public tests pass" in line]
@@ -61,7 +61,7 @@ def test_check_of_a_folder_with_one_lab_notebook_shows_that_lab_only(tmp_path):
     """A notebook student's folder holds one lab's notebook: the check is of that lab,
     not a table of the seven others' missing files (#29)."""
     import json
-    source = (paths.SOLUTIONS / f"{LAB3}.py").read_text()
+    source = ((paths.KIT / "solutions") / f"{LAB3}.py").read_text()
     notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
                 "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None,
                            "outputs": [], "source": source.splitlines(keepends=True)}]}
@@ -77,7 +77,7 @@ def test_check_of_a_folder_with_one_lab_notebook_shows_that_lab_only(tmp_path):
 
 def _rubric():
     from grader.rubric import load_rubric
-    return load_rubric(paths.RUBRIC)
+    return load_rubric((paths.KIT / "rubric.yaml"))
 
 
 # -- 2. near-miss lab file names ------------------------------------------------------------
@@ -186,15 +186,15 @@ def course_copy(tmp_path):
     """The kit's course folder copied elsewhere (what an installed grader is pointed at)."""
     course = tmp_path / "course"
     course.mkdir()
-    shutil.copyfile(paths.RUBRIC, course / "rubric.yaml")
+    shutil.copyfile((paths.KIT / "rubric.yaml"), course / "rubric.yaml")
     for folder in ("solutions", "exercises"):
-        shutil.copytree(paths.COURSE / folder, course / folder,
+        shutil.copytree(paths.KIT / folder, course / folder,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return course
 
 
 def _no_course_env():
-    return {k: v for k, v in os.environ.items() if k != paths.ENV}
+    return {k: v for k, v in os.environ.items() if k != "GRADER_COURSE_DIR"}
 
 
 def test_course_option_points_every_command_at_the_course(course_copy, tmp_path):
@@ -210,7 +210,7 @@ def test_course_option_points_every_command_at_the_course(course_copy, tmp_path)
     assert f"Checking {course_copy / 'exercises'}" in proc.stdout
     # the same through the environment variable
     proc = subprocess.run([*GRADER, "stubs", "--check"], capture_output=True, text=True,
-                          cwd=elsewhere, env={**_no_course_env(), paths.ENV: str(course_copy)},
+                          cwd=elsewhere, env={**_no_course_env(), "GRADER_COURSE_DIR": str(course_copy)},
                           timeout=600)
     assert proc.returncode == EXIT_FAILED       # exercises are not the stubs there
     assert str(course_copy / "exercises") in proc.stdout
@@ -243,7 +243,7 @@ def test_an_installed_grader_finds_the_course_only_through_course_or_env(course_
     root = tmp_path / "class"
     make_submission("ok_einsum", root / "ada")
     proc = grader("batch", str(root), "--out", str(tmp_path / "out"), "--lab", LAB3,
-                  "--jobs", "1", **{paths.ENV: str(course_copy)})
+                  "--jobs", "1", **{"GRADER_COURSE_DIR": str(course_copy)})
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
     assert (course_copy / ".grader-secret").is_file()     # the course's, not the kit's
 
@@ -261,15 +261,21 @@ def test_a_missing_rubric_says_so_by_name(tmp_path):
                                "GRADER_COURSE_DIR)\n"), proc.stderr
 
 
-def test_use_course_moves_every_course_path(tmp_path, monkeypatch):
-    monkeypatch.delenv(paths.ENV, raising=False)
-    kit = paths.KIT.resolve()
-    assert kit == paths.COURSE
-    monkeypatch.setenv(paths.ENV, "")        # restored after the test; use_course sets it
-    paths.use_course(tmp_path)
+def test_the_course_is_resolved_once_by_the_cli_and_written_nowhere(tmp_path, monkeypatch):
+    """--course, else GRADER_COURSE_DIR, else the kit; the environment is read, not set."""
+    from grader.cli.common import COURSE_ENV, resolve_course_dir
+    from grader.course import Course
+
+    other = tmp_path / "other"
+    monkeypatch.delenv(COURSE_ENV, raising=False)
+    assert resolve_course_dir(None) == paths.KIT
+    monkeypatch.setenv(COURSE_ENV, str(other))
+    assert resolve_course_dir(None) == other
+    assert resolve_course_dir(str(tmp_path)) == tmp_path
+    assert os.environ[COURSE_ENV] == str(other)      # untouched: nothing downstream reads it
+    course = Course(resolve_course_dir(str(tmp_path)))
     expected = (tmp_path, tmp_path / "rubric.yaml", tmp_path / "solutions", tmp_path / "exercises")
-    assert expected == (paths.COURSE, paths.RUBRIC, paths.SOLUTIONS, paths.EXERCISES)
-    assert os.environ[paths.ENV] == str(tmp_path)   # the processes it starts find it too
+    assert expected == (course.folder, course.rubric_path, course.solutions, course.exercises)
     assert paths.PACKAGE / "suites" == paths.SUITES  # the suites come with the package
 
 
@@ -279,9 +285,9 @@ def test_init_makes_a_course_that_validates(tmp_path):
     dest = tmp_path / "my-course"
     proc = run("init", str(dest), cwd=tmp_path)
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
-    assert (dest / "rubric.yaml").read_bytes() == paths.RUBRIC.read_bytes()
+    assert (dest / "rubric.yaml").read_bytes() == (paths.KIT / "rubric.yaml").read_bytes()
     assert sorted(p.name for p in (dest / "solutions").glob("lab*.py")) == \
-        sorted(p.name for p in paths.SOLUTIONS.glob("lab*.py"))
+        sorted(p.name for p in (paths.KIT / "solutions").glob("lab*.py"))
     assert (dest / "exercises" / "lab1_attention.py").is_file()
     readme = (dest / "README.md").read_text()
     assert f"--course {dest}" in readme and "grader" in readme
@@ -310,7 +316,7 @@ def test_check_prints_the_time_the_student_waited(tmp_path):
     torch, sandbox and all), not only the grading's share of it (#29)."""
     import re
     import time
-    (tmp_path / f"{LAB3}.py").write_bytes((paths.SOLUTIONS / f"{LAB3}.py").read_bytes())
+    (tmp_path / f"{LAB3}.py").write_bytes(((paths.KIT / "solutions") / f"{LAB3}.py").read_bytes())
     t0 = time.monotonic()
     # A process of its own: the printed time counts from that process's start.
     proc = subprocess.run([*GRADER, "check", str(tmp_path), "--lab", LAB3],

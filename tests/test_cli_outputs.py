@@ -67,14 +67,14 @@ def test_private_output_mode_makes_files_0600(tmp_path, umask):
 
 
 def _rubric_with(tmp_path, line: str):
-    text = paths.RUBRIC.read_text()
+    text = (paths.KIT / "rubric.yaml").read_text()
     path = tmp_path / "rubric.yaml"
     path.write_text(re.sub(r"^labs:\n", f"{line}\nlabs:\n", text, count=1, flags=re.M))
     return path
 
 
 def test_rubric_output_mode_is_read_and_checked(tmp_path):
-    assert load_rubric(paths.RUBRIC).output_mode == "group"
+    assert load_rubric((paths.KIT / "rubric.yaml")).output_mode == "group"
     assert load_rubric(_rubric_with(tmp_path, "output_mode: private")).output_mode == "private"
     bad = _rubric_with(tmp_path, "output_mode: world")
     with pytest.raises(RubricError) as info:
@@ -86,7 +86,7 @@ def test_rubric_output_mode_is_read_and_checked(tmp_path):
 
 def test_grade_with_a_private_rubric_writes_0600(tmp_path):
     rubric = _rubric_with(tmp_path, "output_mode: private")
-    proc = subprocess.run([*GRADER, "--rubric", str(rubric), "grade", str(paths.SOLUTIONS),
+    proc = subprocess.run([*GRADER, "--rubric", str(rubric), "grade", str((paths.KIT / "solutions")),
                            "--out", str(tmp_path / "out"), "--lab", "lab3_positional"],
                           capture_output=True, text=True, timeout=600, umask=0o022)
     assert proc.returncode == 0, proc.stderr

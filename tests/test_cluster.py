@@ -32,6 +32,7 @@ pytest.importorskip("distributed")
 from distributed import Client
 
 from grader import paths
+from grader.course import Course
 from grader.batch import grade_batch
 from grader.batch.cluster import (course_difference, course_identity,
                                   write_student_files)
@@ -207,7 +208,7 @@ def _alive(pid: int) -> bool:
 def test_cluster_batch_matches_local_and_survives_a_killed_worker(cluster, tmp_path):
     root = build_class(tmp_path / "class")
     local = tmp_path / "local"
-    grade_batch(root, out=local, jobs=1, progress=False, labs=[LAB])
+    grade_batch(root, out=local, jobs=1, progress=False, course=Course(paths.KIT), labs=[LAB])
     rows = (local / "grades.csv").read_text()
     assert re.search(rf'^"mallory",0,0,\d+,"{LAB}: import_error"$', rows, re.M), rows
     assert "did you mean" in (local / "dan" / "results.json").read_text()
@@ -253,12 +254,12 @@ def test_cluster_batch_matches_local_and_survives_a_killed_worker(cluster, tmp_p
     assert not _alive(zygote), "the killed worker's sandbox zygote is still running"
 
     # Resumable: nothing changed, nothing is graded again; one edit, one student.
-    again = grade_batch(root, out=remote, progress=False, labs=[LAB], scheduler=cluster.address)
+    again = grade_batch(root, out=remote, progress=False, course=Course(paths.KIT), labs=[LAB], scheduler=cluster.address)
     assert (again.graded, again.up_to_date) == (0, students)
     (root / "bob" / f"{LAB}.py").write_text((root / "alice" / f"{LAB}.py").read_text())
-    fixed = grade_batch(root, out=remote, progress=False, labs=[LAB], scheduler=cluster.address)
+    fixed = grade_batch(root, out=remote, progress=False, course=Course(paths.KIT), labs=[LAB], scheduler=cluster.address)
     assert (fixed.graded, fixed.up_to_date) == (1, students - 1)
-    full = load_rubric(paths.RUBRIC).labs[LAB].max_points
+    full = load_rubric((paths.KIT / "rubric.yaml")).labs[LAB].max_points
     assert re.search(rf'^"bob",{full:g},{full:g},', (remote / "grades.csv").read_text(), re.M)
 
 
@@ -266,17 +267,17 @@ def test_cluster_batch_matches_local_and_survives_a_killed_worker(cluster, tmp_p
 def test_worker_with_another_course_is_refused_before_grading(tmp_path):
     course = tmp_path / "course"
     course.mkdir()
-    shutil.copy(paths.RUBRIC, course / "rubric.yaml")
-    shutil.copytree(paths.SOLUTIONS, course / "solutions")
+    shutil.copy((paths.KIT / "rubric.yaml"), course / "rubric.yaml")
+    shutil.copytree((paths.KIT / "solutions"), course / "solutions")
     (course / ".grader-secret").write_text("ab" * 32 + "\n")        # not the client's
-    course_secret()                                                  # the client's exists
-    other = Cluster(tmp_path, workers=1, env=_env(GRADER_COURSE_DIR=str(course)))
+    course_secret(paths.KIT)                                         # the client's exists
+    other = Cluster(tmp_path, workers=1, env=_env())
     try:
         root = tmp_path / "class"
         make_submission("ok_einsum", root / "alice")
         with pytest.raises(CourseMismatch, match=r"the suites or the course secret"):
-            grade_batch(root, out=tmp_path / "out", progress=False, labs=[LAB],
-                        scheduler=other.address)
+            grade_batch(root, out=tmp_path / "out", progress=False, course=Course(paths.KIT),
+                        labs=[LAB], scheduler=other.address, worker_course=course)
         assert not (tmp_path / "out" / "alice").exists()
     finally:
         other.close()
@@ -285,9 +286,9 @@ def test_worker_with_another_course_is_refused_before_grading(tmp_path):
 # ------------------------------------------------------------------------- no cluster
 
 def test_course_difference_names_what_differs(rubric):
-    mine = course_identity(rubric, b"s" * 32)
+    mine = course_identity(Course(paths.KIT, rubric, secret=b"s" * 32))
     assert course_difference(mine, dict(mine)) == []
-    theirs = course_identity(rubric, b"t" * 32)
+    theirs = course_identity(Course(paths.KIT, rubric, secret=b"t" * 32))
     assert course_difference(mine, theirs) == [
         "the suites or the course secret (.grader-secret: hidden inputs derive from it)"]
     assert course_difference(mine, {**mine, "grader": "0"}) == [
@@ -369,9 +370,10 @@ class _StuckService:
     """A worker's grading service that never answers (a grader hung on a student)."""
     made = 0
 
-    def __init__(self, labs):
+    def __init__(self, course, labs):
         import queue
         type(self).made += 1
+        self.course = course
         self.ready, self.failure, self.jobs = threading.Event(), "", queue.Queue()
         self.ready.set()
         self.abandoned = False
@@ -383,8 +385,8 @@ class _StuckService:
 def test_a_student_past_the_budget_is_stopped_and_the_grader_replaced(monkeypatch):
     from grader.batch import cluster
     monkeypatch.setattr(cluster, "GradingService", _StuckService)
-    plugin = cluster.GradingPlugin(name="p", expected={}, labs=None)
-    plugin.lock, plugin.service = threading.Lock(), _StuckService(None)
+    plugin = cluster.GradingPlugin(name="p", expected={}, course=str(paths.KIT), labs=None)
+    plugin.lock, plugin.service = threading.Lock(), _StuckService(None, None)
     stuck = plugin.service
     reply = plugin.grade({"student": "ada"}, budget_s=0.2)
     # The local pool's words; no files: the client writes a zero result, no fingerprint.

@@ -14,6 +14,8 @@ from urllib.parse import unquote
 import pytest
 
 from browser import CHROMIUM, SKIP_REASON, dump_dom, screenshot
+from grader import paths
+from grader.course import Course
 from grader.outputs.class_page import (
     ClassView,
     LabInfo,
@@ -336,7 +338,7 @@ def batch_out(tmp_path_factory):
     make_submission("bug_no_scale", root / "cy")
     (root / "notes.txt").write_text("not a submission\n")
     out = tmp_path_factory.mktemp("out")
-    summary = grade_batch(root, out=out, jobs=1, progress=False, labs=[LAB1])
+    summary = grade_batch(root, out=out, jobs=1, progress=False, course=Course(paths.KIT), labs=[LAB1])
     return out, summary
 
 
@@ -384,7 +386,7 @@ def similarity_view() -> ClassView:
     from grader.batch.integrity import NOTE, THRESHOLD, lab_report
     fixtures = Path(__file__).parent / "fixtures" / "submissions"
     original = (fixtures / "ok_einsum" / f"{LAB1}.py").read_text()
-    solution = (paths.SOLUTIONS / f"{LAB1}.py").read_text()
+    solution = ((paths.KIT / "solutions") / f"{LAB1}.py").read_text()
     stub = strip_solutions(solution, path=f"{LAB1}.py")
     hostile = "<script>document.title='pwned'</script>"
     entry = lab_report(LAB1, {"ana": original, hostile: rename(original, random.Random(1)),

@@ -66,7 +66,7 @@ def test_a_lab_that_prints_and_imports_lazily_scores_full_marks_from_a_tmp_venv(
         tmp_venv, mode, tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
-    lab1 = (paths.SOLUTIONS / f"{LAB1}.py").read_text() + LAZY_USE
+    lab1 = ((paths.KIT / "solutions") / f"{LAB1}.py").read_text() + LAZY_USE
     (sub / f"{LAB1}.py").write_text(lab1)
     out = tmp_path / "out"
     proc = subprocess.run([str(tmp_venv), "-m", "grader.cli", "grade", str(sub), "--out",

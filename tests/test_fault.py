@@ -102,7 +102,7 @@ def _grader_fault(rubric, student="gil") -> SubmissionResult:
 
 
 def test_a_grader_fault_with_any_message_is_a_grader_fault_in_results_json():
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     payload = gradescope_payload(_grader_fault(rubric))
     assert payload["extra_data"]["fault"] == "grader"
     assert {lab["fault"] for lab in payload["extra_data"]["labs"].values()} == {"grader"}
@@ -115,7 +115,7 @@ def test_a_grader_fault_with_any_message_is_a_grader_fault_in_results_json():
 
 
 def test_the_class_page_and_gradebook_read_the_fault_not_the_words(tmp_path):
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     write_gradescope(_grader_fault(rubric, "gil"), tmp_path / "gil" / "results.json")
     (tmp_path / "gil").mkdir(exist_ok=True)
     refused = failed_result("zed", rubric, ODD, Fault.STUDENT)
@@ -137,7 +137,7 @@ def test_the_class_page_and_gradebook_read_the_fault_not_the_words(tmp_path):
 
 
 def test_feedback_says_the_grader_failed_whatever_the_words():
-    rubric = load_rubric(paths.RUBRIC)
+    rubric = load_rubric((paths.KIT / "rubric.yaml"))
     page = render_feedback_html(_grader_fault(rubric))
     assert ODD in page and "not your code's doing" in page
     refused = render_feedback_html(failed_result("zed", rubric, ODD, Fault.STUDENT))

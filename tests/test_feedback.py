@@ -101,11 +101,12 @@ EXPECTED = {
 # bug_ fixtures whose mistake is no catalogued value mistake: a forbidden API (the lab's
 # status), the full score matrix built (right values; the resource tests take its points)
 # bug_ fixtures with no catalogued diagnosis: resource failures (memory, work against the
-# reference: the resource test's own message teaches), and a lab 6
+# reference: the resource test's own message teaches), lab 8's outcome tests, and a lab 6
 # that hands its attention to lab 1 (the refusal during a measured call says why, #25).
 NOT_DIAGNOSED = {"bug_forbidden_branch", "bug_materialised_scores", "bug_dense_below_threshold",
                  "bug_generate_recomputes_prefix", "bug_online_softmax_missing",
                  "bug_running_max_zero_init", "bug_sliding_window_full_matrix",
+                 "bug_lab8_decode_tokens_after_eos", "bug_lab8_loss_counts_pad",
                  "bug_lab6_memory_through_lab1"}
 CORRECT = ["solutions"] + fixture_names("ok_")
 
@@ -128,7 +129,7 @@ def graded(rubric, zygote, tmp_path_factory):
                 captured.append((lab_of(item), item.originalname,
                                  self._rubric_test(item).tolerance, list(self.session.calls)))
 
-            submission = {"solutions": paths.SOLUTIONS, "exercises": paths.EXERCISES}.get(name)
+            submission = {"solutions": (paths.KIT / "solutions"), "exercises": (paths.KIT / "exercises")}.get(name)
             if submission is None:
                 submission = make_submission(name, tmp_path_factory.mktemp(name))
             with pytest.MonkeyPatch.context() as mp:
@@ -834,7 +835,18 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
                                   atol=1e-6, rtol=0)
     cq, ck = x[0, 0], x[1, 0]
     for heads in (3, 4):
-        assert comparison(cq, ck, 8, 1000, heads) == ref.extrapolation_comparison(cq, ck, 8, 1000, heads)
+        mine, theirs = comparison(cq, ck, 8, 1000, heads), ref.extrapolation_comparison(cq, ck, 8, 1000, heads)
+        assert list(mine) == list(theirs)
+        for name in theirs:
+            assert mine[name].keys() == theirs[name].keys(), name
+            for key, value in theirs[name].items():
+                same = (torch.equal(mine[name][key], value) if isinstance(value, torch.Tensor)
+                        else mine[name][key] == value)
+                assert same, (name, key)
+    for switch in ({"scaled": False}, {"direction": -1.0}, {"reverse": True}, {"any_n": True}):
+        scheme = "alibi" if set(switch) & {"reverse", "any_n"} else "rope"
+        wrong = comparison(cq, ck, 8, 1000, 3, **switch)[scheme]["weights_past"]
+        assert not torch.allclose(wrong, ref.extrapolation_comparison(cq, ck, 8, 1000, 3)[scheme]["weights_past"])
     for exponent in ("i", "4i"):
         assert not torch.allclose(frequencies(8, exponent=exponent), ref.rope_frequencies(8))
     for heads in (1, 3, 6, 8, 12):
@@ -864,7 +876,7 @@ def test_feedback_of_dot_titles_the_folder_takes_labs_and_keeps_whole_sentences(
     folder = tmp_path / "alice"
     folder.mkdir()
     for lab in ("lab1_attention", "lab3_positional"):
-        (folder / f"{lab}.py").write_bytes((paths.SOLUTIONS / f"{lab}.py").read_bytes())
+        (folder / f"{lab}.py").write_bytes(((paths.KIT / "solutions") / f"{lab}.py").read_bytes())
     monkeypatch.chdir(folder)
     out = tmp_path / "out"
     assert main(["feedback", ".", "--out", str(out), "--public",

@@ -19,6 +19,7 @@ import torch
 
 from helpers import expectation, fixture_names, grade, labs_changed, make_submission
 from grader import paths
+from grader.course import Course
 from grader.engine.reference import load_reference
 from grader.engine.student import Session, StudentLab
 from grader.errors import EXIT_GRADER_FAULT, GraderFault, RubricError, SandboxError
@@ -50,13 +51,13 @@ def assert_report(result, rubric, breaks: set[str], labs: list[str] | None = Non
 
 
 def test_reference_solutions_score_full_marks(rubric, zygote):
-    result = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote)
+    result = grade((paths.KIT / "solutions"), rubric=rubric, zygote=zygote)
     assert_report(result, rubric, breaks=set())
     assert result.score == rubric.max_points
 
 
 def test_untouched_stubs_score_zero_on_not_implemented(rubric, zygote):
-    result = grade(paths.EXERCISES, rubric=rubric, zygote=zygote)
+    result = grade((paths.KIT / "exercises"), rubric=rubric, zygote=zygote)
     assert result.score == 0
     for lab in result.labs:
         assert lab.status == "graded"
@@ -89,7 +90,7 @@ def test_broken_file_scores_zero_with_file_line_and_reason(name, rubric, zygote,
                    zygote=zygote, labs=labs)
     assert_report(result, rubric, breaks=breaks, labs=labs)
     direct = {f[:-3] for f in (expect.get("delete") or [])} | {
-        p.stem for p in (paths.COURSE / "tests" / "fixtures" / "submissions" / name).glob("*.py")}
+        p.stem for p in (paths.KIT / "tests" / "fixtures" / "submissions" / name).glob("*.py")}
     for lab in result.labs:
         if lab.name in direct:
             assert lab.score == 0
@@ -130,7 +131,7 @@ def test_missing_file_reported_and_other_labs_graded(rubric, zygote, tmp_path):
     submission = tmp_path / "only_lab3"
     submission.mkdir()
     (submission / "lab3_positional.py").write_bytes(
-        (paths.SOLUTIONS / "lab3_positional.py").read_bytes())
+        ((paths.KIT / "solutions") / "lab3_positional.py").read_bytes())
     result = grade(submission, rubric=rubric, zygote=zygote)
     for lab in result.labs:
         if lab.name == "lab3_positional":
@@ -195,11 +196,11 @@ def test_a_sandbox_that_dies_mid_submission_is_a_grader_fault_not_a_score(rubric
     # Its own zygote: this test kills it, and no other test may share a dead sandbox.
     with Zygote(forbidden=rubric.all_forbidden) as own:
         dying = DyingZygote(own, die_at=3)
-        with Grader(rubric, zygote=dying) as grader:
+        with Grader(Course(paths.KIT, rubric), zygote=dying) as grader:
             assert grader.alive
             with pytest.raises(SandboxError, match="failed during grading .its zygote stopped") \
                     as exc:
-                grader.grade(paths.SOLUTIONS)
+                grader.grade((paths.KIT / "solutions"))
             assert not grader.alive
     assert dying.spawned >= 3
     assert isinstance(exc.value, GraderFault) and exc.value.exit_code == EXIT_GRADER_FAULT
@@ -217,9 +218,9 @@ class RefusingZygote(DyingZygote):
 
 def test_a_worker_the_sandbox_cannot_start_is_a_grader_fault_not_a_score(rubric, zygote):
     refusing = RefusingZygote(zygote, die_at=2)
-    with Grader(rubric, zygote=refusing) as grader, \
+    with Grader(Course(paths.KIT, rubric), zygote=refusing) as grader, \
             pytest.raises(SandboxError, match="could not start a worker"):
-        grader.grade(paths.SOLUTIONS)
+        grader.grade((paths.KIT / "solutions"))
     assert refusing.alive
 
 
@@ -230,7 +231,7 @@ def test_a_submission_that_ends_its_own_worker_is_scored_as_its_own_fault(rubric
     lab1 = sub / "lab1_attention.py"
     lab1.write_text(lab1.read_text() + "\n\nimport os as _os\n\n"
                     "def causal_mask(seq_q, seq_k=None, device=None):\n    _os._exit(3)\n")
-    with Grader(rubric, zygote=zygote) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
         result = grader.grade(sub, labs=["lab1_attention"])
         assert grader.alive
     lab = result.lab("lab1_attention")
@@ -260,7 +261,7 @@ def test_a_labs_points_depend_on_its_own_code_only(name, rubric, zygote, tmp_pat
 
 def test_lab_imports_is_validated_with_file_and_line(tmp_path):
     path = tmp_path / "rubric.yaml"
-    text = paths.RUBRIC.read_text()
+    text = (paths.KIT / "rubric.yaml").read_text()
     line = text[: text.index("\nversion: 1\n")].count("\n") + 3
     path.write_text(text.replace("\nversion: 1\n", "\nversion: 1\nlab_imports: mine\n", 1))
     with pytest.raises(RubricError) as exc:
@@ -269,7 +270,7 @@ def test_lab_imports_is_validated_with_file_and_line(tmp_path):
                                 "student, got the string 'mine'"]
     path.write_text(text.replace("\nversion: 1\n", "\nversion: 1\nlab_imports: student\n", 1))
     assert load_rubric(path).lab_imports == "student"
-    assert load_rubric(paths.RUBRIC).lab_imports == "reference"
+    assert load_rubric((paths.KIT / "rubric.yaml")).lab_imports == "reference"
 
 
 def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_path):
@@ -282,12 +283,12 @@ def test_a_lab_may_call_only_what_the_other_lab_provides(rubric, zygote, tmp_pat
         "\n\nimport lab1_attention as _l1\n\n"
         "def _probe_names():\n"
         "    return sorted(n for n in dir(_l1) if not n.startswith('_'))\n"))
-    with Grader(rubric, zygote=zygote) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
         result = grader.grade(submission, labs=["lab2_multihead"])
         importable = grader._importable
     assert result.lab("lab2_multihead").score == result.lab("lab2_multihead").max_score
     scratch = make_scratch({f.name: f.read_bytes() for f in submission.glob("lab*.py")})
-    reference = make_scratch({f.name: f.read_bytes() for f in paths.SOLUTIONS.glob("lab*.py")})
+    reference = make_scratch({f.name: f.read_bytes() for f in (paths.KIT / "solutions").glob("lab*.py")})
     real = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
                    importable=importable, reference_dir=reference.name)
     try:
@@ -338,9 +339,9 @@ def _first_calls(grader) -> dict[str, dict]:
 
 def test_hidden_inputs_are_the_courses_own_and_public_inputs_fixed(rubric, zygote):
     a, b = b"a" * 32, b"b" * 32
-    with Grader(rubric, zygote=zygote, send_ahead=True, secret=a) as ga, \
-            Grader(rubric, zygote=zygote, send_ahead=True, secret=a) as ga2, \
-            Grader(rubric, zygote=zygote, send_ahead=True, secret=b) as gb:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True, secret=a) as ga, \
+            Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True, secret=a) as ga2, \
+            Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True, secret=b) as gb:
         first_a, first_a2, first_b = _first_calls(ga), _first_calls(ga2), _first_calls(gb)
     assert set(first_a) == set(first_b)
     same = {t: wire.encode(first_a[t]) == wire.encode(first_b[t]) for t in first_a}
@@ -383,7 +384,7 @@ def test_a_lookup_table_leaked_from_another_course_scores_no_hidden_point(rubric
     give it, scores hidden points in its own course (the control) and none in another."""
     leaked, other = b"L" * 32, b"O" * 32
     reference = load_reference("lab1_attention")
-    with Grader(rubric, zygote=zygote, send_ahead=True, secret=leaked) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True, secret=leaked) as grader:
         table = {}
         for test, req in _first_calls(grader).items():
             if test.startswith("hidden/test_lab1") and \
@@ -398,7 +399,7 @@ def test_a_lookup_table_leaked_from_another_course_scores_no_hidden_point(rubric
     (sub / "lab1_attention.py").write_text(LOOKUP_LAB1.format(table=table))
 
     def hidden_points(secret):
-        with Grader(rubric, zygote=zygote, secret=secret) as grader:
+        with Grader(Course(paths.KIT, rubric), zygote=zygote, secret=secret) as grader:
             lab = grader.grade(sub, labs=["lab1_attention"]).lab("lab1_attention")
         return sum(t.score for t in lab.tests if t.visibility == "hidden")
 
@@ -448,12 +449,12 @@ def test_a_grader_launches_its_zygote_then_loads_the_engine_then_waits(rubric, m
     monkeypatch.setattr(grading, "load_engine", lambda: (order.append("engine"), real_load()))
     monkeypatch.setattr(Grader, "_runner",
                         lambda self, v: (order.append(f"suites {v}"), real_runner(self, v))[1])
-    grader = Grader(rubric, visibility=("public",))
+    grader = Grader(Course(paths.KIT, rubric), visibility=("public",))
     try:
         grader.start(suites=True)
         assert order == ["launch", "engine", "suites ('public',)", "wait"]
         assert grader.alive and grader.sandbox_pid and grader._zygote.warm_up == "ok"
-        result = grader.grade(paths.SOLUTIONS, labs=["lab1_attention"])
+        result = grader.grade((paths.KIT / "solutions"), labs=["lab1_attention"])
     finally:
         grader.close()
     public = [t.points for t in rubric.labs["lab1_attention"].tests.values()

@@ -8,6 +8,7 @@ shares a training between identical lab files); the ones that must train afresh 
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 
 import pytest
@@ -39,19 +40,22 @@ class Tiny(nn.Module):
         return self.lin(x)
 
 
-def _answer(train, cls=Tiny):
+GIVEN = {"lin.weight": torch.full((2, 3), 0.25), "lin.bias": torch.tensor([1.0, -1.0])}
+
+
+def _answer(train, cls=Tiny, start=GIVEN):
     names = {"train": train, "Tiny": cls}
-    req = protocol.train_request("train", "Tiny", [0], {"budget_s": 1.0})
+    req = protocol.train_request("train", "Tiny", [0], {"budget_s": 1.0}, initial_state=start)
     return protocol.answer(names.get, req, "tiny.py")
 
 
-def test_train_reply_holds_the_weights_from_just_before_the_first_step():
-    seen = {}
+def test_every_model_built_in_train_starts_from_the_grader_state():
+    seen = []
 
     def train(seed, budget_s):
         model = Tiny()
-        nn.init.constant_(model.lin.weight, 0.5)          # an honest re-initialisation
-        seen["start"] = {k: v.clone() for k, v in model.state_dict().items()}
+        seen.append({k: v.clone() for k, v in model.state_dict().items()})
+        seen.append(Tiny().lin.weight.clone())            # a second model: the same start
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         model.loss_history = []
         for _ in range(3):
@@ -63,65 +67,108 @@ def test_train_reply_holds_the_weights_from_just_before_the_first_step():
         return model
 
     reply = _answer(train)
-    assert set(reply) == {"state_dict", "initial", "loss_history"}
-    assert torch.equal(reply["initial"]["lin.weight"], seen["start"]["lin.weight"])
-    assert not torch.equal(reply["state_dict"]["lin.weight"], seen["start"]["lin.weight"])
+    assert set(reply) == {"state_dict", "loss_history", "pad_probe"}   # nothing of the start
+    assert all(torch.equal(seen[0][k], GIVEN[k]) for k in GIVEN)
+    assert torch.equal(seen[1], GIVEN["lin.weight"])
+    assert not torch.equal(reply["state_dict"]["lin.weight"], GIVEN["lin.weight"])
     assert len(reply["loss_history"]) == 3
     assert all(type(v) is float for v in reply["loss_history"])
-    # Nothing of the watch stays behind: the class's __init__ and the model's hooks.
+    # Nothing stays behind: the class's own __init__ again, and models built later are
+    # the class's own.
     assert "__init__" in Tiny.__dict__ and Tiny.__init__.__qualname__ == "Tiny.__init__"
-    model = Tiny()
-    assert not model._forward_pre_hooks and not model.lin._forward_pre_hooks
+    assert not torch.equal(Tiny().lin.weight, GIVEN["lin.weight"])
 
 
-def test_an_optimizer_step_alone_is_seen_as_the_start_of_training():
-    def train(seed, budget_s):
-        model = Tiny()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with torch.no_grad():
-            model.lin.weight.fill_(2.0)
-        for p in model.parameters():
-            p.grad = torch.ones_like(p)
-        opt.step()
-        return model
-
-    reply = _answer(train)
-    assert bool((reply["initial"]["lin.weight"] == 2.0).all())
-    assert bool((reply["state_dict"]["lin.weight"] == 1.9).all())
-
-
-def test_a_subclass_of_the_model_class_is_watched_too():
-    class Mine(Tiny):
-        def __init__(self):
+def test_a_model_of_other_sizes_keeps_its_own_weights():
+    class Sized(nn.Module):
+        def __init__(self, width=3):
             super().__init__()
-            self.extra = nn.Linear(2, 2)
+            self.lin = nn.Linear(width, 2)
 
+    def train(seed, budget_s):
+        wide = Sized(5)
+        assert wide.lin.weight.shape == (2, 5) and not bool((wide.lin.weight == 0.25).all())
+        return Sized()
+
+    reply = protocol.answer({"train": train, "Sized": Sized}.get,
+                            protocol.train_request("train", "Sized", [0], {"budget_s": 1.0},
+                                                   initial_state=GIVEN), "sized.py")
+    assert torch.equal(reply["state_dict"]["lin.weight"], GIVEN["lin.weight"])
+
+
+def test_a_subclass_of_the_model_class_starts_from_it_too():
+    class Mine(Tiny):
         def forward(self, x):
-            return self.extra(super().forward(x))
+            return 2 * super().forward(x)
 
     def train(seed, budget_s):
-        model = Mine()
+        return Mine()
+
+    reply = _answer(train)
+    assert torch.equal(reply["state_dict"]["lin.bias"], GIVEN["lin.bias"])
+
+
+def test_the_grader_start_is_the_default_initialisation_of_the_contract_model():
+    """Drawn without the reference (a release has none), yet the state dict the default
+    Seq2SeqTransformer() has: the same names and shapes (loaded strictly), at the default
+    initialisation's scale; a different start for every seed."""
+    model = _training.reference().Seq2SeqTransformer()
+    own = model.state_dict()
+    start = _training.start_state(11)
+    assert list(start) == list(own) and all(start[k].shape == own[k].shape for k in own)
+    model.load_state_dict(start, strict=True)
+    for name in ("src_emb.weight", "encoder.0.ff.2.weight", "decoder.1.cross_attn.v_proj.bias"):
+        assert abs(float(start[name].std()) / float(own[name].std()) - 1) < 0.15, name
+    other = _training.start_state(12)
+    assert not torch.equal(start["out.weight"], other["out.weight"])
+
+
+class TinySeq(nn.Module):
+    """The given modules the PAD probe watches: tgt_emb (tokens in) and out (logits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tgt_emb = nn.Embedding(13, 4)
+        self.out = nn.Linear(4, 13)
+
+    def forward(self, tgt_in):
+        return self.out(self.tgt_emb(tgt_in))
+
+
+@pytest.mark.parametrize("ignore_pad", [True, False])
+def test_the_first_step_that_reads_pad_shows_whether_the_loss_ignores_it(ignore_pad):
+    tgt = torch.tensor([[10, 3, 11, 12, 12], [10, 4, 5, 6, 11]])
+
+    def train(seed, budget_s):
+        model = TinySeq()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss = model(torch.ones(4, 3)).pow(2).mean()
-        loss.backward()
-        opt.step()
+        for _ in range(2):
+            logits = model(tgt[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, 13), tgt[:, 1:].reshape(-1),
+                                               ignore_index=12 if ignore_pad else -100)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
         return model
 
-    reply = _answer(train)
-    assert reply["initial"] is not None and set(reply["initial"]) == set(reply["state_dict"])
+    start = {k: v.clone() for k, v in TinySeq().state_dict().items()}
+    reply = protocol.answer({"train": train, "TinySeq": TinySeq}.get,
+                            protocol.train_request("train", "TinySeq", [0], {"budget_s": 1.0},
+                                                   initial_state=start), "tiny.py")
+    probe = reply["pad_probe"]
+    assert probe["pad_positions"] == 1 and probe["real_grad"] > 0
+    assert (probe["pad_grad"] == 0.0) == ignore_pad
+    problems = _training.pad_loss_problems(reply)
+    assert bool(problems) == (not ignore_pad)
+    assert all("your loss counts PAD targets" in p for p in problems)
 
 
-def test_a_model_that_never_trained_has_no_snapshot():
-    def train(seed, budget_s):
-        model = Tiny()
-        with torch.no_grad():
-            model(torch.ones(1, 3))                       # no gradients: not a training step
-        return model
-
-    reply = _answer(train)
-    assert reply["initial"] is None and reply["loss_history"] is None
-    problems = _training.training_problems(reply, None, None)
-    assert len(problems) == 1 and "no training step was seen" in problems[0]
+def test_weights_that_did_not_move_from_the_start_show_no_training():
+    start = _training.start_state(5)
+    src, tgt = _training.heldout(torch.Generator().manual_seed(1), n=64)
+    problems = _training.training_problems({"start": start, "state_dict": start}, src, tgt)
+    assert len(problems) == 1 and "did not lower the loss" in problems[0]
+    assert "tgt[:, 1:]" in problems[0]
 
 
 def test_train_must_return_the_model_class_and_not_too_many_numbers(monkeypatch):
@@ -168,7 +215,7 @@ def _lab8_rubric(rubric, *, cpu_s=None, time_limit_s=None):
 def _with_train(tmp_path, body: str):
     """The reference lab 8 whose train() is ``body`` (a function's source)."""
     sub = make_submission("ok_lab8_einsum", tmp_path / "sub")
-    source = (paths.SOLUTIONS / f"{LAB}.py").read_text()
+    source = ((paths.KIT / "solutions") / f"{LAB}.py").read_text()
     (sub / f"{LAB}.py").write_text(source.split("\ndef train(")[0] + "\n" + body)
     return sub
 
@@ -185,7 +232,7 @@ def test_hand_set_weights_earn_no_outcome_points(rubric, zygote, tmp_path):
     tests = _tests(result)
     assert {n for n, t in tests.items() if not t.passed} == OUTCOME_TESTS
     public = tests["test_train_returns_a_trained_model_within_budget"].message
-    assert "not reachable from the initial ones" in public
+    assert "did not come from the start the grader gave train()" in public
 
 
 def test_train_past_its_budget_loses_the_outcome_points_with_the_reason(rubric, zygote,
@@ -234,7 +281,7 @@ def test_train_runs_once_per_submission_and_is_deterministic(rubric, zygote, tmp
                                                              monkeypatch):
     """The four outcome tests share one training; the same file and seed train the same
     weights in another worker. (A fresh file: the tests' shared trainings do not apply.)"""
-    source = (paths.SOLUTIONS / f"{LAB}.py").read_text() + f"\n# {uuid.uuid4()}\n"
+    source = ((paths.KIT / "solutions") / f"{LAB}.py").read_text() + f"\n# {uuid.uuid4()}\n"
     replies = []
     original = getattr(Session._train_once, "__wrapped__", Session._train_once)
 
@@ -273,21 +320,60 @@ def test_lab8_mistake_implementations_without_the_mistake_are_the_reference():
         assert torch.allclose(right(src, tgt_in), expected(src, tgt_in), atol=1e-6)
 
 
-def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote):
+def test_a_passed_training_test_shows_the_loss_curve(rubric, zygote, tmp_path):
     """The reference sets model.loss_history: its public training test passes and keeps the
     curve (one value per step, thinned to at most 200 points), drawn in the HTML report;
     the hidden outcome tests keep no picture."""
     from grader.diagnose import LOSS_POINTS
     from grader.outputs.html import render_feedback_html
-    result = grade(paths.SOLUTIONS, rubric=rubric, zygote=zygote, labs=[LAB])
+    result = grade((paths.KIT / "solutions"), rubric=rubric, zygote=zygote, labs=[LAB])
     tests = _tests(result)
     assert result.lab(LAB).score == result.lab(LAB).max_score
     (curve,) = tests["test_train_returns_a_trained_model_within_budget"].artifacts
     assert "training loss" in curve["title"] and 10 < len(curve["x"]) <= LOSS_POINTS
     assert curve["yours"][0] > 2.0 > 0.1 > curve["yours"][-1]
     assert all(not t.artifacts for t in tests.values() if t.visibility == "hidden")
-    assert 'data-pictures-for="test_train_returns_a_trained_model_within_budget"' in \
-        render_feedback_html(result)
+    html = render_feedback_html(result)
+    assert 'data-pictures-for="test_train_returns_a_trained_model_within_budget"' in html
+    # The training's figures (#27 item 5), in the passed test's message: CPU seconds of the
+    # budget, the loss at the grader's start and after, exact reversals, the hidden tiers.
+    report = tests["test_train_returns_a_trained_model_within_budget"].message
+    assert re.search(r"Your training: [\d.]+ of 40 CPU seconds", report), report
+    assert "at the grader's start" in report and "50% / 80% / 95%" in report
+    assert re.search(r"reverses (9\d|100)\.\d% of 256 public held-out", report), report
+    assert "Your training:" in html
+    from grader.outputs.gradescope import write_gradescope
+    write_gradescope(result, tmp_path / "results.json")
+    assert "Your training:" in (tmp_path / "results.json").read_text()
+
+
+@pytest.mark.parametrize("name, passes", [("ok_lab8_decode_full_width", True),
+                                          ("bug_lab8_decode_tokens_after_eos", False)])
+def test_greedy_decode_may_run_to_full_width_with_pad_after_eos(name, passes, rubric, zygote,
+                                                                tmp_path):
+    """The contract's "(B, <= 1 + max_new_tokens) ... stopping per row at EOS (PAD after
+    it)": a decode that runs on to full width with PAD after each row's EOS passes both
+    decode tests; one that writes tokens after EOS fails them (#27 item 3)."""
+    result = grade(make_submission(name, tmp_path / name), zygote=zygote, labs=[LAB],
+                   rubric=_lab8_rubric(rubric, cpu_s=1.0, time_limit_s=30.0))
+    tests = _tests(result)
+    for test in ("test_greedy_decode_matches_reference", "test_greedy_decode_stops_per_row_at_eos"):
+        if passes:
+            assert tests[test].passed, tests[test].message
+    assert tests["test_greedy_decode_stops_per_row_at_eos"].passed == passes
+
+
+def test_a_loss_that_counts_pad_loses_the_training_test(rubric, zygote, tmp_path):
+    """#27 item 4: the contract's "cross-entropy ignoring PAD", seen through the gradient of
+    the first training step at the positions where the decoder read PAD."""
+    result = grade(make_submission("bug_lab8_loss_counts_pad", tmp_path / "pad"), zygote=zygote,
+                   labs=[LAB], rubric=_lab8_rubric(rubric, cpu_s=3.0, time_limit_s=30.0))
+    public = _tests(result)["test_train_returns_a_trained_model_within_budget"]
+    assert not public.passed and "your loss counts PAD targets" in public.message
+    assert "ignore_index=PAD" in public.message
+    right = grade(make_submission("ok_lab8_einsum", tmp_path / "ok"), zygote=zygote,
+                  labs=[LAB], rubric=_lab8_rubric(rubric, cpu_s=3.0, time_limit_s=30.0))
+    assert "counts PAD" not in _tests(right)["test_train_returns_a_trained_model_within_budget"].message
 
 
 def test_the_tests_shared_trainings_keep_successes_only(tmp_path):

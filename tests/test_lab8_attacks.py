@@ -5,20 +5,23 @@ child process is not (tests/fixtures/submissions/atk_lab8_train_in_child scores 
 0.05 CPU s measured): that case fails until ``_training.train_once`` refuses, or counts,
 other processes.
 
-Evidence: a NaN loss passes both ``before < INITIAL_LOSS_MIN`` and ``after > LOSS_DROP *
-before`` (every comparison with NaN is False), so a snapshot or a returned state with a NaN
-in a 1-D parameter (no correlation looks at those) passes the evidence; these fail until the
-checks fail closed on non-finite losses.
+Evidence: a NaN loss passes ``after > LOSS_DROP * before`` (every comparison with NaN is
+False), so a returned state with a NaN in a 1-D parameter (no correlation looks at those)
+passed the evidence until the checks failed closed on non-finite losses.
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import grade
+from grader import paths
 from grader.suites import _training
-from test_lab8 import LAB, _lab8_rubric, _tests, _with_train
+from test_lab8 import LAB, OUTCOME_TESTS, _lab8_rubric, _tests, _with_train
 
 BURN = '''
 def _burn(seconds):
@@ -75,12 +78,44 @@ def _with_nan_bias(state: dict) -> dict:
     return state
 
 
-@pytest.mark.parametrize("where", ["initial", "final"])
-def test_a_nan_loss_is_never_evidence_of_training(where):
-    """Neither state trained at all: only a NaN output bias in one of them."""
+def test_a_nan_loss_is_never_evidence_of_training():
+    """The returned state did not train at all: only a NaN output bias in it."""
     fresh = _fresh_state()
-    reply = {"initial": _with_nan_bias(fresh) if where == "initial" else fresh,
-             "state_dict": _with_nan_bias(fresh) if where == "final" else fresh}
+    reply = {"start": fresh, "state_dict": _with_nan_bias(fresh)}
     src, tgt = _training.heldout(torch.Generator().manual_seed(1), n=64)
     assert _training.training_problems(reply, src, tgt), \
-        f"a NaN loss in the {where} state was taken as evidence of training"
+        "a NaN loss in the returned state was taken as evidence of training"
+
+
+# ------------------------------------------------------------------ the grader's start (#27)
+
+ATTACKS = Path(__file__).parent / "fixtures" / "attacks"
+MODULE_TESTS_PASS = 15      # lab 8's points outside the four outcome tests
+
+
+def _attack_submission(name: str, dest: Path) -> Path:
+    """The reference solutions overlaid with tests/fixtures/attacks/<name>'s files."""
+    dest.mkdir(parents=True)
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
+        shutil.copyfile(f, dest / f.name)
+    for f in sorted((ATTACKS / name).glob("*.py")):
+        shutil.copyfile(f, dest / f.name)
+    return dest
+
+
+@pytest.mark.parametrize("name", ["atk_lab8_shipped_float16", "atk_lab8_blended_start"])
+def test_weights_not_trained_from_the_grader_start_earn_no_outcome_points(name, rubric, zygote,
+                                                                          tmp_path):
+    """Weights trained once elsewhere and shipped in the file as float16 (with a forged
+    "before training" snapshot), alone or mixed with the grader's start so that the
+    correlations look trained: the module tests pass, every outcome test fails, and the
+    public one says the weights did not come from the grader's start or did not train."""
+    result = grade(_attack_submission(name, tmp_path / name), rubric=rubric, zygote=zygote,
+                   labs=[LAB])
+    tests = _tests(result)
+    assert {n for n, t in tests.items() if not t.passed} == OUTCOME_TESTS, \
+        {n: t.message for n, t in tests.items() if not t.passed}
+    assert result.lab(LAB).score == MODULE_TESTS_PASS
+    public = tests["test_train_returns_a_trained_model_within_budget"].message
+    assert "did not come from the start the grader gave train()" in public \
+        or "did not lower the loss enough" in public, public

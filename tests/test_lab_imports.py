@@ -16,17 +16,18 @@ import torch
 
 from helpers import grade, make_submission
 from grader import paths
+from grader.course import Course
 from grader.engine.student import MAX_CALLBACK_SCALAR, Session
 from grader.grading import Grader
 from grader.sandbox import make_scratch, protocol
 
-ATTACKS = paths.COURSE / "tests" / "fixtures" / "attacks"
+ATTACKS = paths.KIT / "tests" / "fixtures" / "attacks"
 
 
 def _with_attack(name: str, dest):
     """The reference solutions overlaid with attack fixture ``name``'s files."""
     dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, dest / f.name)
     for f in sorted((ATTACKS / name).glob("*.py")):
         shutil.copyfile(f, dest / f.name)
@@ -51,9 +52,9 @@ def test_a_later_lab_cannot_be_imported_and_the_message_says_what_can(rubric, zy
 def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zygote):
     """A call sized by an integer past the bound is refused before any worker runs it;
     one inside the bound is answered by the reference worker."""
-    with Grader(rubric, zygote=zygote) as grader:
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
         importable = grader._importable
-    reference = make_scratch({f.name: f.read_bytes() for f in paths.SOLUTIONS.glob("lab*.py")})
+    reference = make_scratch({f.name: f.read_bytes() for f in (paths.KIT / "solutions").glob("lab*.py")})
     session = Session(zygote=zygote, submission_dir=reference.name, forbidden={},
                       importable=importable, reference_dir=reference.name)
     try:

@@ -24,6 +24,7 @@ import pytest
 
 from helpers import grade as shared_grade
 from grader import paths
+from grader.course import Course
 from grader.intake.notebook import (
     HIDDEN_TESTS_GRADE_ID,
     SCRATCH_CELL_MARKER,
@@ -93,7 +94,7 @@ def _code_cell(source: str, outputs=None, metadata=None) -> dict:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     out = tmp_path_factory.mktemp("course")
-    write_course(out)
+    write_course(out, Course(paths.KIT))
     return out
 
 
@@ -142,7 +143,7 @@ def test_course_has_one_assignment_per_lab_with_rubric_points(course, rubric):
 def test_lesson_and_code_come_from_the_solution(course, rubric):
     for lab, spec in rubric.labs.items():
         nb = _nb(course / "source" / lab / f"{lab}.ipynb")
-        source = (paths.SOLUTIONS / spec.file).read_text(encoding="utf-8")
+        source = ((paths.KIT / "solutions") / spec.file).read_text(encoding="utf-8")
         tree = ast.parse(source)
         doc = ast.get_docstring(tree)
         assert nb["cells"][0]["cell_type"] == "markdown"
@@ -215,7 +216,7 @@ def test_a_scratch_cell_follows_the_code_and_is_never_graded(course, rubric, tmp
     cells = parse_notebook(json.dumps(nb).encode(), name=f"{LAB1}.ipynb")
     assert cells[-1].test, "the scratch cell is left out like a test cell"
     got = extract_lab_source(cells, name=f"{LAB1}.ipynb",
-                             prelude=given_imports(rubric.labs[LAB1].file))
+                             prelude=given_imports(rubric.labs[LAB1].file, paths.KIT / "solutions"))
     assert "return None" not in got.source and "def causal_mask" in got.source
 
 
@@ -240,9 +241,9 @@ def test_notebooks_mention_no_file_a_notebook_student_lacks(course, rubric):
 
 
 def test_drift_check_finds_missing_stale_and_extra(course, tmp_path):
-    assert course_drift(course) == []
+    assert course_drift(course, Course(paths.KIT)) == []
     copy_ = tmp_path / "c"
-    write_course(copy_)
+    write_course(copy_, Course(paths.KIT))
     nb_path = copy_ / "source" / LAB1 / f"{LAB1}.ipynb"
     nb = _nb(nb_path)
     nb["cells"][0]["source"] = ["# edited by hand\n"]
@@ -251,7 +252,7 @@ def test_drift_check_finds_missing_stale_and_extra(course, tmp_path):
     extra = copy_ / "source" / "lab9_extra" / "lab9_extra.ipynb"
     extra.parent.mkdir()
     extra.write_text("{}", encoding="utf-8")
-    problems = course_drift(copy_)
+    problems = course_drift(copy_, Course(paths.KIT))
     text = "\n".join(problems)
     assert f"{LAB1}.ipynb: stale" in text and "edited by hand" in text
     assert "lab2_multihead.ipynb: missing" in text
@@ -259,7 +260,7 @@ def test_drift_check_finds_missing_stale_and_extra(course, tmp_path):
 
 
 def test_generation_is_deterministic(rubric):
-    assert course_files(rubric=rubric) == course_files(rubric=rubric)
+    assert course_files(Course(paths.KIT, rubric)) == course_files(Course(paths.KIT, rubric))
 
 
 def test_cli_notebooks_and_check(tmp_path):
@@ -279,11 +280,11 @@ def test_cli_notebooks_and_check(tmp_path):
 
 def test_dependencies_are_shipped_only_on_request(rubric):
     lab2 = "lab2_multihead"
-    assert f"source/{lab2}/lab1_attention.py" not in course_files(rubric=rubric, labs=[lab2])
-    with_deps = course_files(rubric=rubric, labs=[lab2], include_dependencies=True)
+    assert f"source/{lab2}/lab1_attention.py" not in course_files(Course(paths.KIT, rubric), labs=[lab2])
+    with_deps = course_files(Course(paths.KIT, rubric), labs=[lab2], include_dependencies=True)
     assert with_deps[f"source/{lab2}/lab1_attention.py"] == \
-        (paths.SOLUTIONS / "lab1_attention.py").read_text(encoding="utf-8")
-    nb = json.loads(course_files(rubric=rubric, labs=[lab2])[f"source/{lab2}/{lab2}.ipynb"])
+        ((paths.KIT / "solutions") / "lab1_attention.py").read_text(encoding="utf-8")
+    nb = json.loads(course_files(Course(paths.KIT, rubric), labs=[lab2])[f"source/{lab2}/{lab2}.ipynb"])
     assert "This lab uses code of Lab 1" in _src(nb["cells"][1])
     with_deps_nb = json.loads(with_deps[f"source/{lab2}/{lab2}.ipynb"])
     assert "This lab uses code of Lab 1" not in _src(with_deps_nb["cells"][1])
@@ -408,11 +409,11 @@ def test_nbformat3_notebook_is_read():
 
 
 def test_given_imports_never_import_a_lab():
-    assert given_imports("lab1_attention.py") == \
+    assert given_imports("lab1_attention.py", paths.KIT / "solutions") == \
         "import math; import torch; import torch.nn.functional as F"
-    line = given_imports("lab2_multihead.py")
+    line = given_imports("lab2_multihead.py", paths.KIT / "solutions")
     assert "torch.nn as nn" in line and "lab1" not in line
-    assert given_imports("lab_missing.py") == ""
+    assert given_imports("lab_missing.py", paths.KIT / "solutions") == ""
 
 
 # ======================================================================================
@@ -438,13 +439,13 @@ def test_sanitize_takes_the_notebook_when_the_py_is_absent(tmp_path, rubric):
     from grader.intake import Problem, sanitize
 
     sub = tmp_path / "sub"
-    _write_nb(_notebook_from_py((paths.SOLUTIONS / "lab1_attention.py").read_text()),
+    _write_nb(_notebook_from_py(((paths.KIT / "solutions") / "lab1_attention.py").read_text()),
               sub / "nested" / "lab1_attention.ipynb")
-    (sub / "lab3_positional.py").write_text((paths.SOLUTIONS / "lab3_positional.py").read_text())
+    (sub / "lab3_positional.py").write_text(((paths.KIT / "solutions") / "lab3_positional.py").read_text())
     _write_nb(_notebook_from_py("x = 1\n"), sub / "lab3_positional.ipynb")   # the .py wins
     clean = sanitize(sub, rubric, [LAB1, "lab2_multihead", "lab3_positional"])
     assert "def scaled_dot_product_attention" in clean.files["lab1_attention.py"].decode()
-    assert clean.files["lab3_positional.py"] == (paths.SOLUTIONS / "lab3_positional.py").read_bytes()
+    assert clean.files["lab3_positional.py"] == ((paths.KIT / "solutions") / "lab3_positional.py").read_bytes()
     assert clean.problems == {"lab2_multihead": Problem(
         "missing", "lab2_multihead.py was not found in the submission")}
     assert any(n.startswith("nested/lab1_attention.ipynb: graded as one file") for n in clean.notes)
@@ -465,7 +466,7 @@ def test_sanitize_reports_an_invalid_notebook_per_lab(rubric):
 
 def test_grade_messy_notebook_full_marks_and_one_bug_partial(tmp_path, rubric, zygote):
 
-    solution = (paths.SOLUTIONS / "lab1_attention.py").read_text()
+    solution = ((paths.KIT / "solutions") / "lab1_attention.py").read_text()
     nb = _notebook_from_py(solution)
     # reorder, delete the import cell, add experiments, magics, a test cell and stale outputs
     imports = nb["cells"].pop(0)
@@ -493,7 +494,7 @@ def test_grade_messy_notebook_full_marks_and_one_bug_partial(tmp_path, rubric, z
 
 def test_cli_grade_accepts_a_notebook_and_names_a_broken_one(tmp_path):
     sub = tmp_path / "sub"
-    _write_nb(_notebook_from_py((paths.SOLUTIONS / "lab3_positional.py").read_text(), split=False),
+    _write_nb(_notebook_from_py(((paths.KIT / "solutions") / "lab3_positional.py").read_text(), split=False),
               sub / "lab3_positional.ipynb")
     (sub / "lab1_attention.ipynb").write_text('{"cells": [', encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "grader.cli", "grade", str(sub), "--out",
@@ -519,7 +520,7 @@ def test_kernel_side_grader_handles_history_and_lab_dependencies(course, rubric)
     history.insert(2, history[1])
     request = {"lab": lab2,
                "cells": [{"label": f"In[{i}]", "source": s} for i, s in enumerate(history, 1)],
-               "deps": {"lab1_attention.py": (paths.SOLUTIONS / "lab1_attention.py").read_text()}}
+               "deps": {"lab1_attention.py": ((paths.KIT / "solutions") / "lab1_attention.py").read_text()}}
     reply = _run_grader(request)
     spec = rubric.labs[lab2]
     assert set(reply["public"]) == {n for n, t in spec.tests.items() if t.visibility == "public"}
@@ -690,7 +691,7 @@ def graded_course(tmp_path_factory, rubric):
         pytest.skip(NBGRADER_MISSING)
     root = tmp_path_factory.mktemp("nbgrader")
     course = root / "course"
-    write_course(course)
+    write_course(course, Course(paths.KIT))
     env = private_jupyter_env(root)
     proc = generate_assignments(course, list(rubric.labs), env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -822,7 +823,7 @@ def test_autograde_full_untouched_and_one_bug(graded_course, rubric):
     # the one-bug score is what `grader grade` gives the same code as a .py file
     from grader.grading import grade_submission
     result = grade_submission(FIXTURES / "submissions" / "bug_causal_off_by_one" / f"{LAB1}.py",
-                              rubric=rubric, labs=[LAB1])
+                              course=Course(paths.KIT, rubric), labs=[LAB1])
     assert scores["carol"] == result.score
     # all hidden tests in one cell, worth the points of those that pass (partial credit)
     hidden = [t for t in result.lab(LAB1).tests if t.visibility == "hidden"]
@@ -967,7 +968,7 @@ def test_a_scratch_cell_is_left_out_the_same_on_one_line_or_three(scratch, rubri
     assert any("cell 2 line 1 (runs your code)" in n or "cell 2 line 2 (runs your code)" in n
                for n in got.notes), got.notes
 
-    nb = _notebook_from_py((paths.SOLUTIONS / f"{LAB1}.py").read_text())
+    nb = _notebook_from_py(((paths.KIT / "solutions") / f"{LAB1}.py").read_text())
     nb["cells"].append(_code_cell(scratch))
     sub = tmp_path / "sub"
     _write_nb(nb, sub / f"{LAB1}.ipynb")
@@ -1030,7 +1031,7 @@ LOOK_AROUND = '''\
 def _look_around(root):
     import pathlib
     import grader.paths
-    course = pathlib.Path(grader.paths.COURSE)
+    course = pathlib.Path(grader.paths.KIT)
     nbgrader_course = pathlib.Path.cwd().parents[2]
     for folder in (course, nbgrader_course):
         if not str(folder.resolve()).startswith(root):
@@ -1058,8 +1059,8 @@ def attacked_course(tmp_path_factory, rubric):
         pytest.skip(NBGRADER_MISSING)
     root = tmp_path_factory.mktemp("nbgrader-attacked").resolve()
     grading = root / "grading-course"
-    shutil.copytree(paths.SOLUTIONS, grading / "solutions")
-    shutil.copy(paths.RUBRIC, grading / "rubric.yaml")
+    shutil.copytree((paths.KIT / "solutions"), grading / "solutions")
+    shutil.copy((paths.KIT / "rubric.yaml"), grading / "rubric.yaml")
     canaries = {"secret": secrets.token_hex(32), "solution": "canary-" + secrets.token_hex(8),
                 "suite": "canary-" + secrets.token_hex(8)}
     (grading / ".grader-secret").write_text(canaries["secret"] + "\n")
@@ -1071,7 +1072,7 @@ def attacked_course(tmp_path_factory, rubric):
     suite.write_text((paths.SUITES / "hidden" / f"test_{LAB1}.py").read_text()
                      + f"# {canaries['suite']}\n")
     course = root / "course"
-    write_course(course, labs=[LAB1])
+    write_course(course, Course(grading), labs=[LAB1])
     env = {**private_jupyter_env(root), "GRADER_COURSE_DIR": str(grading)}
     proc = generate_assignments(course, [LAB1], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import grade, make_submission
+from grader import paths
 
 LAB5, LAB6 = "lab5_decoder", "lab6_efficient_attention"
 CHUNKED_MEMORY = "test_chunked_attention_memory_stays_linear"
@@ -98,10 +99,12 @@ NEW_TESTS = {
 
 
 @pytest.mark.parametrize("name, lab", [("ok_lab5_sdpa", LAB5), ("ok_lab6_unfold", LAB6),
-                                       ("ok_lab6_einsum_streams", LAB6)])
+                                       ("ok_lab6_einsum_streams", LAB6),
+                                       ("ok_lab6_single_chunk_fast_path", LAB6)])
 def test_correct_labs_keep_full_marks(report, name, lab):
-    """Correct code in other styles (sdpa steps, unfolded windows, cumsum of outer products)
-    passes every resource test."""
+    """Correct code in other styles (sdpa steps, unfolded windows, cumsum of outer products,
+    a single-chunk fast path whose warm-up must take the measured call's path: #26 attack
+    report item 5) passes every resource test."""
     assert failed(report(name, lab)) == {}
 
 
@@ -130,7 +133,8 @@ def test_a_wall_limit_follows_the_cpu_the_worker_was_given(zygote):
     from grader.engine.student import Session, StudentError, StudentLab
     from grader.sandbox import make_scratch
     scratch = make_scratch({"lab9_spin.py": SPIN})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     lab = StudentLab(session, "lab9_spin")
     hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
     try:
@@ -162,7 +166,8 @@ def test_a_tests_later_call_keeps_the_time_load_took_from_its_earlier_ones(zygot
     from grader.engine.student import Session, StudentLab
     from grader.sandbox import make_scratch
     scratch = make_scratch({"lab9_spin.py": SPIN})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     lab = StudentLab(session, "lab9_spin")
     session.start_test(10.0, lab="lab9_spin")
     lab.call("spin", 0.0)                        # the worker started before the hogs

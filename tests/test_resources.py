@@ -15,7 +15,8 @@ import textwrap
 import pytest
 import torch
 
-from grader.engine.compare import (Mismatch, assert_memory_within,
+from grader import paths
+from grader.engine.compare import (Mismatch, assert_memory_series_within, assert_memory_within,
                                    assert_work_grows_within)
 from grader.engine.student import Measurement, Session, StudentError, StudentLab
 from grader.errors import RubricError
@@ -81,7 +82,8 @@ SOURCE = textwrap.dedent('''
 def measure(zygote):
     """measure(name, *args) -> Measurement of LAB.name in a fresh worker of the shared zygote."""
     scratch = make_scratch({f"{LAB}.py": SOURCE.encode()})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     lab = StudentLab(session, LAB)
 
     def run(name, *args, **kwargs) -> Measurement:
@@ -152,11 +154,56 @@ def test_memory_messages_say_what_was_measured():
         assert_memory_within(m, Budget(memory_mb=32, why="t"), name="chunked_attention",
                              big_bytes=SCORES_BYTES, big_what="the (4096, 4096) score matrix")
     assert str(info.value) == (
-        "chunked_attention: peak memory 130.0 MB above the inputs, over the budget of 32 MB; "
-        "the (4096, 4096) score matrix alone is 64 MB: it was materialised. Keep only one "
-        "block of it at a time.")
+        "chunked_attention: peak memory 130.0 MB above the inputs, over the budget of 32 MB "
+        "(measured by the grader, after a warm-up call on other inputs of the same shapes); "
+        "the (4096, 4096) score matrix alone is 64 MB: as much as it takes was held at once "
+        "(it, or something of its size). Keep only one block of it at a time.")
     assert_memory_within(Measurement(None, 31 * MIB, 0.1, False), Budget(memory_mb=32),
                          name="x")
+
+
+def test_memory_kept_from_the_warm_up_counts_beyond_what_the_test_forgives():
+    """#26 attack report item 3: a 16.5 MiB scratch buffer kept from the warm-up and reused
+    by the measured call. A test with an 8 MB budget looking for a 16 MiB block forgives
+    4 MiB of it (half the margin), so the block shows; a library's few MB do not."""
+    from grader.sandbox.usage import warmup_allowance
+    budget, block = Budget(memory_mb=8, why="t"), 64 * 65536 * 4
+    assert warmup_allowance(block, 8 * MIB) == 4 * MIB
+    assert warmup_allowance(64 * MIB, 64 * MIB) == 0
+    assert warmup_allowance(1 << 40, 0) == 48 * MIB
+    kept = Measurement(None, int(0.8 * MIB), 0.1, False, kept_bytes=int(16.5 * MIB),
+                       inputs_bytes=8 * MIB)
+    with pytest.raises(Mismatch) as info:
+        assert_memory_within(kept, budget, name="chunked_attention", big_bytes=block,
+                             big_what="the (64, 65536) float32 score matrix")
+    text = str(info.value)
+    assert "peak memory 13.3 MB above the inputs (of which 12.5 MB was left held by the " \
+           "warm-up call, beyond the 4.0 MB forgiven" in text, text
+    assert "the inputs are 8.0 MB (a float64 copy of them: 16.0 MB)" in text, text
+    assert_memory_within(Measurement(None, MIB, 0.1, False, kept_bytes=3 * MIB), budget,
+                         name="x", big_bytes=block, big_what="b")
+
+
+def test_a_series_that_does_not_grow_like_the_matrix_is_not_called_the_matrix():
+    """#26 attack report item 5: 46 and 51 MB at L = 2048 and 4096 (a library's first-call
+    cost in the call) grew 1.1x: the message says so, and names the (2048, 2048) matrix
+    only as a size, saying the figures do not grow as it does."""
+    series = [(2048, Measurement(None, int(46.2 * MIB), 0.1, False)),
+              (4096, Measurement(None, int(50.6 * MIB), 0.1, False))]
+    with pytest.raises(Mismatch) as info:
+        assert_memory_series_within(series, Budget(memory_mb=32, why="t"),
+                                    name="chunked_attention",
+                                    big=lambda n: (n * n * 4, f"the ({n}, {n}) matrix"))
+    text = str(info.value)
+    assert "grew 1.1x for 2x the length (no faster than the length" in text, text
+    assert "though the figures do not grow as it does" in text, text
+    assert "as much was held;" not in text and "as much was held." not in text, text
+    quadratic = [(2048, Measurement(None, 57 * MIB, 0.1, False)),
+                 (4096, Measurement(None, 230 * MIB, 0.1, False))]
+    with pytest.raises(Mismatch, match=r"as an \(L, L\) tensor grows.*as much was held"):
+        assert_memory_series_within(quadratic, Budget(memory_mb=32, why="t"),
+                                    name="chunked_attention",
+                                    big=lambda n: (n * n * 4, f"the ({n}, {n}) matrix"))
 
 
 def test_a_reading_difference_is_the_calls_use():
@@ -173,7 +220,7 @@ def test_a_reading_difference_is_the_calls_use():
 
 def _rubric_with(tmp_path, test_entry: str):
     from grader import paths
-    source = paths.RUBRIC.read_text()
+    source = (paths.KIT / "rubric.yaml").read_text()
     marker = "test_bool_mask_blocks_keys:"
     line = next(ln for ln in source.splitlines() if ln.strip().startswith(marker))
     indent = line[:len(line) - len(line.lstrip())]
@@ -282,7 +329,8 @@ def test_memory_touched_at_import_counts_in_the_peak(zygote):
     """A module that faults in a 64 MB arena at import and computes the whole score matrix in
     it: the import runs after the grader's baseline, so the arena is in the peak."""
     scratch = make_scratch({f"{ARENA_LAB}.py": ARENA_SOURCE.encode()})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     try:
         session.start_test(60.0, lab=ARENA_LAB)
         q, k, v = _qkv()
@@ -316,7 +364,7 @@ def test_a_cheap_wrong_answer_at_the_long_length_does_not_pass_the_work_test(rub
     lab = "lab6_efficient_attention"
     sub = tmp_path / "s"
     sub.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         shutil.copyfile(f, sub / f.name)
     (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + QUADRATIC_UNLESS_LONG)
     result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("hidden",))
@@ -356,7 +404,7 @@ def test_rows_the_memory_test_does_not_read_cannot_be_left_out(rubric, zygote, t
     lab = "lab6_efficient_attention"
     sub = tmp_path / "s"
     sub.mkdir()
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         shutil.copyfile(f, sub / f.name)
     (sub / f"{lab}.py").write_text((sub / f"{lab}.py").read_text() + MATERIALISED_TAIL_ONLY)
     result = grade(sub, rubric=rubric, zygote=zygote, labs=[lab], visibility=("public",))
@@ -374,7 +422,8 @@ def test_a_library_the_lab_imports_is_not_its_memory(zygote):
     source = ("import matplotlib\nmatplotlib.use('Agg')\nfrom matplotlib import pyplot as plt\n"
               + SOURCE)
     scratch = make_scratch({f"{lab}.py": source.encode()})
-    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={},
+                      solutions=str(paths.KIT / "solutions"))
     try:
         session.start_test(60.0, lab=lab)
         m = StudentLab(session, lab).measure("blocks", *_qkv())

@@ -16,7 +16,9 @@ import subprocess
 
 
 from helpers import grade, make_submission
+from grader import paths
 from grader.batch import grade_batch
+from grader.course import Course
 
 LABS = ["lab5_decoder", "lab6_efficient_attention", "lab7_relative_positions"]
 
@@ -47,7 +49,8 @@ def test_batch_and_grade_give_every_test_the_same_outcome_beside_two_cpu_hogs(
     root = tmp_path / "class"
     submission = make_submission("ok_einsum", root / "s1")
     with cpu_hogs(2):
-        batch = grade_batch(root, out=tmp_path / "out", jobs=1, progress=False, labs=LABS)
+        batch = grade_batch(root, out=tmp_path / "out", jobs=1, progress=False, labs=LABS,
+                            course=Course(paths.KIT, rubric))
         single = grade(submission, rubric=rubric, zygote=zygote, labs=LABS)
     assert batch.graded == 1, batch
     by_batch = outcomes_of_batch(json.loads((tmp_path / "out" / "s1" / "results.json")

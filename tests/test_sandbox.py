@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from grader import paths
+from grader.course import Course
 from grader.sandbox import Limits, WorkerDied, WorkerTimeout, Zygote, make_scratch, wire
 from grader.sandbox.host import SLOT_UID_BASE
 from grader.sandbox.jail import children_of
@@ -36,7 +37,9 @@ MODES = (["root"] if os.geteuid() == 0 else []) + ["userns", "plain"]
 
 
 def _zygote(mode: str, **limits) -> Zygote:
-    z = Zygote(forbidden=FORBIDDEN, mode=mode, slot=SLOT, limits=Limits(**limits)).start()
+    # What a Grader of the kit's course hides from its workers (``Course.private_paths``).
+    z = Zygote(forbidden=FORBIDDEN, mode=mode, slot=SLOT, limits=Limits(**limits),
+               hide=Course(paths.KIT).private_paths).start()
     if z.mode != mode:
         z.close()
         pytest.skip(f"this machine cannot give mode {mode}")
@@ -79,7 +82,7 @@ def zyg(mode, zygotes) -> Zygote:
 @pytest.fixture(scope="module")
 def scratch():
     files = {PROBE.name: PROBE.read_bytes()}
-    for f in paths.SOLUTIONS.glob("lab*.py"):
+    for f in (paths.KIT / "solutions").glob("lab*.py"):
         files[f.name] = f.read_bytes()
     s = make_scratch(files)
     yield s.name
@@ -247,8 +250,8 @@ def test_only_the_channel_is_open(worker):
 @pytest.mark.parametrize("secret", ["grader", "solutions", "rubric"])
 def test_grader_files_are_invisible(worker, secret):
     path = {"grader": paths.SUITES / "hidden" / "test_lab1_attention.py",
-            "solutions": paths.SOLUTIONS / "lab1_attention.py",
-            "rubric": paths.RUBRIC}[secret]
+            "solutions": (paths.KIT / "solutions") / "lab1_attention.py",
+            "rubric": (paths.KIT / "rubric.yaml")}[secret]
     got = call(worker, "read", str(path))
     assert not got["ok"], got
     listing = call(worker, "read", str(path.parent))
@@ -258,7 +261,7 @@ def test_grader_files_are_invisible(worker, secret):
 def test_worker_cannot_write_outside_its_temp_area(worker, tmp_path, scratch):
     os.chmod(tmp_path, 0o777)
     for target in (tmp_path / "pwned", Path(scratch) / "pwned", Path("/tmp") / f"pwned-{SLOT}",
-                   paths.SOLUTIONS / "pwned"):
+                   (paths.KIT / "solutions") / "pwned"):
         got = call(worker, "write", str(target))
         assert not target.exists(), target
         if got["ok"]:   # a private tmpfs: written there, invisible here

@@ -13,6 +13,7 @@ import pytest
 from copying import KINDS, rename
 from helpers import FIXTURES, make_submission
 from grader import paths, similarity
+from grader.course import Course
 from grader.authoring.stubs import strip_solutions
 from grader.batch.integrity import THRESHOLD, class_report, lab_report, write_report
 from grader.batch.students import list_students
@@ -21,11 +22,11 @@ LAB1, LAB2 = "lab1_attention", "lab2_multihead"
 
 
 def solution(lab: str) -> str:
-    return (paths.SOLUTIONS / f"{lab}.py").read_text(encoding="utf-8")
+    return ((paths.KIT / "solutions") / f"{lab}.py").read_text(encoding="utf-8")
 
 
 def stub(lab: str) -> str:
-    return strip_solutions(solution(lab), path=str(paths.SOLUTIONS / f"{lab}.py"))
+    return strip_solutions(solution(lab), path=str((paths.KIT / "solutions") / f"{lab}.py"))
 
 
 def fixture_lab(name: str, lab: str) -> str:
@@ -108,7 +109,7 @@ def test_a_notebook_is_compared_as_its_code(tmp_path, rubric):
     (nb / f"{LAB1}.py").unlink()
     _notebook(nb / f"{LAB1}.ipynb", rename(fixture_lab("ok_einsum", LAB1), random.Random(2)))
     make_submission("ok_manual_softmax", root / "honest")
-    got = class_report(list_students(root), rubric, [LAB1])["labs"][LAB1]
+    got = class_report(list_students(root), Course(paths.KIT, rubric), [LAB1])["labs"][LAB1]
     assert got["students"] == 3
     assert score(got, "notebook", "pyfile") >= THRESHOLD
     assert score(got, "honest", "pyfile") < THRESHOLD
@@ -122,7 +123,7 @@ def test_similar_to_a_folder_of_past_solutions_and_the_report_files(tmp_path, ru
     make_submission("ok_loops_style", past / "old-student")
     (past / "old-student" / f"{LAB1}.py").write_text(
         KINDS["everything"](fixture_lab("ok_loops_style", LAB1), random.Random(5)))
-    got = class_report(list_students(root), rubric, [LAB1], similar_to=[past])
+    got = class_report(list_students(root), Course(paths.KIT, rubric), [LAB1], similar_to=[past])
     close = {(r["student"], r["source"]): r for r in got["labs"][LAB1]["against"]}
     assert close[("ana", "last-term/old-student")]["flagged"]
     assert not any(r["flagged"] for (s, _), r in close.items() if s == "bo")

@@ -14,6 +14,7 @@ import torch
 
 from helpers import grade, make_submission
 from grader import paths
+from grader.course import Course
 
 from grader.grading import Grader
 from grader.engine.memo import memoized
@@ -28,9 +29,9 @@ SEQUENCE = ["bug_softmax_dim", "ok_einsum", "broken_syntax", "missing_lab3",
 
 
 def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path):
-    folders = [paths.SOLUTIONS if name == "solutions" else
+    folders = [(paths.KIT / "solutions") if name == "solutions" else
                make_submission(name, tmp_path / name) for name in SEQUENCE]
-    with Grader(rubric, zygote=zygote) as grader:      # one pytest session for all
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:      # one pytest session for all
         shared = [grader.grade(f, name=n) for f, n in zip(folders, SEQUENCE, strict=False)]
     for folder, name, got in zip(folders, SEQUENCE, shared, strict=False):
         fresh = grade(folder, rubric=rubric, zygote=zygote, name=name)
@@ -47,9 +48,9 @@ def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path
 
 def test_a_grader_runs_only_the_labs_and_visibility_asked_for(rubric, zygote):
     lab = next(iter(rubric.labs))
-    with Grader(rubric, zygote=zygote) as grader:
-        result = grader.grade(paths.SOLUTIONS, labs=[lab])
-        public = grader.grade(paths.SOLUTIONS, labs=[lab], visibility=("public",))
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
+        result = grader.grade((paths.KIT / "solutions"), labs=[lab])
+        public = grader.grade((paths.KIT / "solutions"), labs=[lab], visibility=("public",))
     assert [l.name for l in result.labs] == [lab]
     assert result.score == rubric.labs[lab].max_points
     assert {t.visibility for t in public.lab(lab).tests} == {"public"}
@@ -62,9 +63,9 @@ def test_runner_and_grader_refuse_labs_they_do_not_have(rubric, zygote):
     with SuiteRunner(rubric=rubric, labs=[first]) as runner, \
             pytest.raises(ValueError, match=second):
         runner.run(None, [second])
-    with Grader(rubric, zygote=zygote) as grader, \
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader, \
             pytest.raises(SubmissionError, match="unknown lab 'lab9_nope'"):
-        grader.grade(paths.SOLUTIONS, labs=["lab9_nope"])
+        grader.grade((paths.KIT / "solutions"), labs=["lab9_nope"])
 
 
 def test_memoized_reference_is_keyed_on_values_and_hands_out_copies():
@@ -107,7 +108,7 @@ def test_a_suite_that_fails_to_load_grades_nobody(rubric, tmp_path, monkeypatch)
     broken.write_text("def test_oops(:\n")
     monkeypatch.setattr(paths, "SUITES", suites)
     with pytest.raises(RubricError) as exc:
-        Grader(rubric)
+        Grader(Course(paths.KIT, rubric))
     assert any(e.startswith(f"{broken}:1:") for e in exc.value.errors), exc.value.errors
 
 
@@ -122,7 +123,7 @@ def test_a_test_that_did_not_run_is_a_grader_fault_not_a_score(rubric, zygote, m
         return [o for o in outcomes if o.lab != lost], errors
 
     monkeypatch.setattr(SuiteRunner, "run", run_losing_a_lab)
-    with Grader(rubric, zygote=zygote) as grader, \
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader, \
             pytest.raises(GradingIncomplete, match="a test did not run") as exc:
-        grader.grade(paths.SOLUTIONS)
+        grader.grade((paths.KIT / "solutions"))
     assert exc.value.exit_code == 3

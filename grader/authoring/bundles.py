@@ -28,11 +28,11 @@ from pathlib import Path
 from grader import paths
 from grader.autograder import TEMPLATES
 from grader.authoring.stubs import solution_regions, strip_solutions
+from grader.course import Course
 from grader.errors import BundleError
 from grader.outputs.atomic import atomic_open
 from grader.authoring.student_text import student_contract, student_stub
-from grader.rubric import load_rubric
-from grader.secret import SECRET_FILE, course_secret, secret_path
+from grader.secret import SECRET_FILE
 
 DEFAULT_DEPENDENCIES = ["torch==2.13.0", "numpy", "pytest>=8", "pyyaml>=6", "rich>=13"]
 SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store"}
@@ -106,12 +106,13 @@ def pyproject_text(*, name: str, description: str, dependencies: list[str],
     )
 
 
-def public_rubric_text(rubric_path: Path) -> str:
-    """rubric.yaml with the hidden tests removed (their names, points and settings)."""
+def public_rubric_text(course: Course) -> str:
+    """The course's rubric.yaml with the hidden tests removed (their names, points and
+    settings)."""
     import yaml
 
-    rubric = load_rubric(rubric_path)  # validates; raises RubricError naming file:line
-    raw = yaml.safe_load(Path(rubric_path).read_text(encoding="utf-8"))
+    rubric = course.rubric
+    raw = yaml.safe_load(Path(course.rubric_path).read_text(encoding="utf-8"))
     for lab_name, lab in raw["labs"].items():
         public = [n for n, t in rubric.labs[lab_name].tests.items() if t.visibility == "public"]
         lab["tests"] = {n: lab["tests"][n] for n in public}
@@ -152,18 +153,15 @@ def _stripped_lines(text: str) -> set[str]:
     return {line.strip() for line in text.splitlines()}
 
 
-def course_secrets(*, rubric_path: Path | None = None, solutions_dir: Path | None = None,
-                   suites_dir: Path | None = None) -> Secrets:
+def course_secrets(course: Course, suites_dir: Path | None = None) -> Secrets:
     """Hidden test names, solution-region lines and hidden-suite lines of the course.
 
     A line that students get anyway (the stubs' given code, the public suites and their
     shared helpers) is not a secret, nor is a hidden test name that is also a public one.
     """
 
-    rubric_path = Path(rubric_path or paths.RUBRIC)
-    solutions_dir = Path(solutions_dir or paths.SOLUTIONS)
-    suites_dir = Path(suites_dir or paths.SUITES)
-    rubric = load_rubric(rubric_path)
+    solutions_dir, suites_dir = course.solutions, Path(suites_dir or course.suites)
+    rubric = course.rubric
     public_names = {n for lab in rubric.labs.values() for n, t in lab.tests.items()
                     if t.visibility == "public"}
     secrets = Secrets(hidden_names={n for lab in rubric.labs.values()
@@ -253,14 +251,14 @@ def _release_inputs(tree: ast.Module, public: set[str]) -> tuple[str, list[str]]
                                                               if _is_reference(functions[n])})
 
 
-def record_public_expected(rubric, solutions_dir: Path) -> dict:
+def record_public_expected(course: Course) -> dict:
     """Grade the solutions with the public suites, keeping every value a ``@reference``
     gives: the release's ``_expected.json``. BundleError unless they score full marks."""
     from grader.grading import Grader
     from grader.suites._snapshot import recording
 
-    with recording() as values, Grader(rubric, visibility=("public",)) as grader:
-        result = grader.grade(solutions_dir, name="solutions")
+    with recording() as values, Grader(course, visibility=("public",)) as grader:
+        result = grader.grade(course.solutions, name="solutions")
     failing = [f"{lab.name}::{t.name}" for lab in result.labs for t in lab.tests if not t.passed]
     if failing:
         raise BundleError("the solutions fail public tests, so no expected values can be "
@@ -327,16 +325,14 @@ def _fresh_output_dir(out: Path) -> None:
         raise BundleError(f"{out}: already exists and is not an empty folder; choose a new one")
 
 
-def build_release(out: str | Path, *, rubric_path: Path | None = None,
-                  course: Path | None = None, package: Path = paths.PACKAGE,
+def build_release(out: str | Path, course: Course, *, package: Path = paths.PACKAGE,
                   classroom_workflow: bool = False, title: str = "Attention labs") -> Path:
-    """Write the student bundle to the new folder ``out`` (built aside, then renamed)."""
-    course = Path(course or paths.COURSE)
-    rubric_path = Path(rubric_path or paths.RUBRIC)
+    """Write ``course``'s student bundle to the new folder ``out`` (built aside, then
+    renamed)."""
     out = Path(out).resolve()
     _fresh_output_dir(out)
-    rubric = load_rubric(rubric_path)
-    exercises = course / "exercises"
+    rubric = course.rubric
+    exercises = course.exercises
     if not exercises.is_dir():
         raise BundleError(f"{exercises}: no exercises folder (run `grader stubs` first)")
     needing = public_suites_needing_solutions(package / "suites")
@@ -359,7 +355,7 @@ def build_release(out: str | Path, *, rubric_path: Path | None = None,
             source, _ = _release_inputs(ast.parse(inputs.read_text(encoding="utf-8")),
                                         _public_imports(package / "suites"))
             _write(staging / "grader" / "suites" / "_inputs.py", source)
-            expected = record_public_expected(rubric, course / "solutions")
+            expected = record_public_expected(course)
             _write(staging / "grader" / "suites" / "_expected.json",
                    json.dumps(expected, sort_keys=True) + "\n")
         for rel in _files_under(exercises):
@@ -368,11 +364,11 @@ def build_release(out: str | Path, *, rubric_path: Path | None = None,
                     (exercises / rel).read_text(encoding="utf-8"), rel.name))
             else:
                 _copy(exercises / rel, staging / "exercises" / rel)
-        contract = course / "docs" / "LAB_CONTRACT.md"
+        contract = course.folder / "docs" / "LAB_CONTRACT.md"
         if contract.is_file():      # without the instructor notes
             _write(staging / "docs" / "LAB_CONTRACT.md",
                    student_contract(contract.read_text(encoding="utf-8")))
-        _write(staging / "rubric.yaml", public_rubric_text(rubric_path))
+        _write(staging / "rubric.yaml", public_rubric_text(course))
         deps = course_dependencies()
         _write(staging / "pyproject.toml", pyproject_text(
             name="attention-labs-student", description=f"{title}: exercises and public tests",
@@ -382,10 +378,8 @@ def build_release(out: str | Path, *, rubric_path: Path | None = None,
         _write(staging / ".gitignore", ".venv/\n__pycache__/\n*.egg-info/\n")
         if classroom_workflow:
             _copy(TEMPLATES / "classroom.yml", staging / ".github" / "workflows" / "classroom.yml")
-        leaks = find_leaks(staging, course_secrets(rubric_path=rubric_path,
-                                                   solutions_dir=course / "solutions",
-                                                   suites_dir=package / "suites"))
-        secret_file = secret_path(course)
+        leaks = find_leaks(staging, course_secrets(course, package / "suites"))
+        secret_file = course.secret_path
         if secret_file.is_file():
             secret = secret_file.read_text(encoding="ascii").strip()
             leaks += [f"{p.relative_to(staging)}: the course secret" for p in staging.rglob("*")
@@ -469,18 +463,17 @@ class ZipPlan:
                 zf.writestr(info, data)
 
 
-def build_gradescope(out: str | Path, *, rubric_path: Path | None = None,
-                     course: Path | None = None, package: Path = paths.PACKAGE,
+def build_gradescope(out: str | Path, course: Course, *, package: Path = paths.PACKAGE,
                      labs: list[str] | None = None, timeout_s: float = 600.0,
                      worker_memory_mb: int = 256, torch_index_url: str | None = None,
                      wheels: Path | None = None) -> Path:
-    """Write the Gradescope autograder zip (also the Classroom grader bundle) to ``out``."""
-    course = Path(course or paths.COURSE)
-    rubric_path = Path(rubric_path or paths.RUBRIC)
+    """Write ``course``'s Gradescope autograder zip (also the Classroom grader bundle) to
+    ``out``."""
+    rubric_path = course.rubric_path
     out = Path(out).resolve()
     if out.suffix != ".zip":
         raise BundleError(f"{out}: the autograder must be a .zip file")
-    rubric = load_rubric(rubric_path)
+    rubric = course.rubric
     labs = list(labs or [])
     unknown = [lab for lab in labs if lab not in rubric.labs]
     if unknown:
@@ -490,7 +483,7 @@ def build_gradescope(out: str | Path, *, rubric_path: Path | None = None,
         raise BundleError("the timeout and the worker memory must be positive")
     if torch_index_url is not None and not re.fullmatch(r"https?://\S+", torch_index_url):
         raise BundleError(f"{torch_index_url!r}: the torch index must be an http(s) URL")
-    solutions = course / "solutions"
+    solutions = course.solutions
     if not solutions.is_dir():
         raise BundleError(f"{solutions}: no solutions folder (the suites need its references)")
 
@@ -504,7 +497,7 @@ def build_gradescope(out: str | Path, *, rubric_path: Path | None = None,
     plan.add_file("rubric.yaml", Path(rubric_path))
     # The course secret (made now if there is none): Gradescope's hidden inputs are the
     # course's own, the same as `grader grade` and `grader batch` give (grader.secret).
-    plan.add_text(SECRET_FILE, course_secret(course).hex() + "\n")
+    plan.add_text(SECRET_FILE, course.secret.hex() + "\n")
     deps = course_dependencies()
     plan.add_text("requirements.txt", "".join(f"{d}\n" for d in deps))
     plan.add_text("pyproject.toml", pyproject_text(

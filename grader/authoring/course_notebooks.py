@@ -17,12 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader import paths
 from grader.authoring.stubs import StubError, solution_regions
 from grader.intake.notebook import (HIDDEN_TESTS_GRADE_ID, LAB_MODULE_RE, SCRATCH_CELL_MARKER,
                                     TEST_CELL_MARKER, grade_id_for, hidden_test_id)
 from grader.outputs.atomic import atomic_write_text
-from grader.rubric import load_rubric
+from grader.course import Course
 
 
 CONFIG_FILE = "nbgrader_config.py"
@@ -66,6 +65,10 @@ c.ExportApp.plugin_class = "grader.authoring.nbgrader_export.SafeCsvExport"
 # on the instructor's solutions), a test cell grades the whole lab in a separate process the
 # first time it runs (~10-30 s).
 c.Execute.timeout = 600
+
+# The grader's course these notebooks are graded against (its rubric, suites, solutions and
+# secret): named here, never found through the environment.
+c.SandboxedGrades.course = @COURSE@
 '''
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -365,15 +368,13 @@ def _dump(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def course_files(*, rubric=None, solutions_dir: Path | None = None, suites_dir: Path | None = None,
-                 labs: list[str] | None = None, include_dependencies: bool = False) -> dict[str, str]:
-    """Relative path -> text of every file ``grader notebooks`` writes. StubError (naming
-    file:line) when a solution cannot be turned into a notebook."""
+def course_files(course: Course, *, labs: list[str] | None = None,
+                 include_dependencies: bool = False) -> dict[str, str]:
+    """Relative path -> text of every file ``grader notebooks`` writes for ``course``.
+    StubError (naming file:line) when a solution cannot be turned into a notebook."""
 
-    rubric = rubric or load_rubric(paths.RUBRIC)
-    solutions_dir = Path(solutions_dir or paths.SOLUTIONS)
-    suites_dir = Path(suites_dir or paths.SUITES)
-    files = {CONFIG_FILE: NBGRADER_CONFIG}
+    rubric, solutions_dir, suites_dir = course.rubric, course.solutions, course.suites
+    files = {CONFIG_FILE: NBGRADER_CONFIG.replace("@COURSE@", json.dumps(str(course.folder)))}
     errors: list[str] = []
     for lab in labs or list(rubric.labs):
         if lab not in rubric.labs:
@@ -396,12 +397,12 @@ def course_files(*, rubric=None, solutions_dir: Path | None = None, suites_dir: 
     return files
 
 
-def write_course(out: str | Path, **kwargs) -> list[Path]:
+def write_course(out: str | Path, course: Course, **kwargs) -> list[Path]:
     """Write :func:`course_files` under *out* (each file atomically); returns the paths. All
     notebooks are built before any file is written."""
 
     out = Path(out)
-    files = course_files(**kwargs)
+    files = course_files(course, **kwargs)
     written = []
     for rel, text in files.items():
         target = out / rel
@@ -458,12 +459,12 @@ def generate_assignments(course: str | Path, labs: list[str], *, env: dict,
                           cwd=course, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def course_drift(out: str | Path, **kwargs) -> list[str]:
+def course_drift(out: str | Path, course: Course, **kwargs) -> list[str]:
     """Problems between the course folder *out* and what ``grader notebooks`` would write:
     missing or stale files (with the first differing line) and extra lab notebooks."""
 
     out = Path(out)
-    files = course_files(**kwargs)
+    files = course_files(course, **kwargs)
     problems = []
     for rel, expected in files.items():
         target = out / rel

@@ -31,13 +31,13 @@ from pathlib import Path
 from nbclient import NotebookClient
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
 
-from grader import paths
+from grader.course import Course
 from grader.errors import NotebookError, UsageError
 from grader.grading import Grader
 from grader.intake.notebook import (HIDDEN_TESTS_GRADE_ID, Cell, extract_lab_source,
                                     given_imports, grade_id_for, is_test_cell)
-from grader.rubric import load_rubric
 
 def _error(headline: str, message: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename="TestFailed", evalue=headline,
@@ -68,7 +68,11 @@ def _refuse_kernels(preprocessors) -> None:
 
 class SandboxedGrades(NbGraderPreprocessor):
     """Every test cell's outputs from the sandboxed grader's result, no kernel (see the
-    module doc)."""
+    module doc). ``course``: the grader's course folder, which ``grader notebooks`` writes
+    into nbgrader_config.py (``c.SandboxedGrades.course``)."""
+
+    course = Unicode("", help="the grader's course folder (rubric.yaml, solutions/)").tag(
+        config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -82,8 +86,14 @@ class SandboxedGrades(NbGraderPreprocessor):
     def preprocess(self, nb: NotebookNode, resources: dict):
         _refuse_kernels(self._pipeline())
         lab = str(resources.get("nbgrader", {}).get("notebook") or "")
-        rubric = load_rubric(paths.RUBRIC)
-        outcomes, reason = self._grade(nb, lab, rubric)
+        if not self.course:
+            raise UsageError("nbgrader_config.py names no grader course "
+                             "(c.SandboxedGrades.course): regenerate it with `grader notebooks`")
+        if getattr(self, "_course", None) is None:    # one Course for every notebook
+            self._course = Course(self.course)
+        course = self._course
+        rubric = course.rubric
+        outcomes, reason = self._grade(nb, lab, course)
         spec = rubric.labs.get(lab)
         hidden = [grade_id_for(lab, n, t.visibility) for n, t in spec.tests.items()
                   if t.visibility == "hidden"] if spec else []
@@ -113,8 +123,9 @@ class SandboxedGrades(NbGraderPreprocessor):
                                        outcome[1])]
         return nb, resources
 
-    def _grade(self, nb: NotebookNode, lab: str, rubric) -> tuple[dict, str]:
+    def _grade(self, nb: NotebookNode, lab: str, course: Course) -> tuple[dict, str]:
         """grade_id -> (passed, message, test name), and why a cell may have none."""
+        rubric = course.rubric
         spec = rubric.labs.get(lab)
         if spec is None:
             return {}, f"{lab}.ipynb is not one of the rubric's labs"
@@ -126,15 +137,15 @@ class SandboxedGrades(NbGraderPreprocessor):
         shown = {name: name if t.visibility == "public" else "hidden test"
                  for name, t in spec.tests.items()}
         try:
-            got = extract_lab_source(cells, name=f"{lab}.ipynb", prelude=given_imports(spec.file),
+            got = extract_lab_source(cells, name=f"{lab}.ipynb", prelude=given_imports(spec.file, course.solutions),
                                      forbidden=spec.forbidden)
         except NotebookError as exc:
             return {gid: (False, str(exc), shown[name], 0.0) for gid, name in ids.items()}, str(exc)
-        visibility = ("public", "hidden") if (paths.SUITES / "hidden" / f"test_{lab}.py").is_file() \
+        visibility = ("public", "hidden") if (course.suites / "hidden" / f"test_{lab}.py").is_file() \
             else ("public",)
         with tempfile.TemporaryDirectory(prefix="grader-nbgrader-") as tmp:
             Path(tmp, spec.file).write_text(got.source, encoding="utf-8")
-            with Grader(rubric, visibility=visibility) as grader:
+            with Grader(course, visibility=visibility) as grader:
                 result = grader.grade(tmp, labs=[lab], name=lab)
         tests = {t.name: t for t in result.lab(lab).tests}
         return {gid: (tests[name].passed, tests[name].message, shown[name], tests[name].score)

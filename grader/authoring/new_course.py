@@ -45,27 +45,29 @@ grader --course {path} batch ROOT --out DIR  # grade a class (--lab LAB: one lab
 """
 
 
-def kit_course() -> Path:
-    """The course this grader came with: the course folder in use if it has a rubric, else
-    the checkout that holds the package. UsageError when neither has one (a plain
-    ``pip install`` ships the grader, not the course files)."""
-    for folder in (paths.course(), paths.KIT):
+def kit_course(in_use: Path | None = None) -> Path:
+    """The course to copy: the course folder in use (``in_use``: the one the command line
+    named) if it has a rubric, else the checkout that holds the package. UsageError when
+    neither has one (a plain ``pip install`` ships the grader, not the course files)."""
+    folders = [Path(in_use)] if in_use is not None else []
+    for folder in (*folders, paths.KIT):
         if (folder / "rubric.yaml").is_file() and (folder / "solutions").is_dir():
             return folder
-    raise UsageError(f"no course to copy: neither {paths.course()} nor {paths.KIT} has "
+    raise UsageError(f"no course to copy: neither {folders[0] if folders else '(none)'} "
+                     f"nor {paths.KIT} has "
                      "rubric.yaml and solutions/; pass --from a course folder (e.g. a "
                      "checkout of attention-labs)")
 
 
 def init_course(dest: str | Path, *, source: str | Path | None = None,
-                version: str = "") -> Path:
+                version: str = "", in_use: Path | None = None) -> Path:
     """Create the course folder ``dest`` (new, or an empty folder) from ``source`` (default:
-    ``kit_course()``); returns it. UsageError if ``dest`` is a file or a non-empty folder."""
+    ``kit_course(in_use)``); returns it. UsageError if ``dest`` is a file or a non-empty folder."""
     dest = Path(dest).expanduser().resolve()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UsageError(f"{dest}: already exists and is not empty; grader init makes a new "
                          "course folder (choose a new name, or empty it first)")
-    src = Path(source).expanduser().resolve() if source else kit_course()
+    src = Path(source).expanduser().resolve() if source else kit_course(in_use)
     missing = [n for n in (*COURSE_FILES, *COURSE_FOLDERS) if not (src / n).exists()]
     if missing:
         raise UsageError(f"{src}: not a course folder (no {', '.join(missing)})")

@@ -8,13 +8,10 @@ untouched stubs score 0 with every test failing on NotImplementedError.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from grader import paths
 from grader.authoring.stubs import leaked_solution_lines, stub_drift
+from grader.course import Course
 from grader.errors import RubricError
 from grader.grading import Grader
-from grader.rubric import check_rubric_against_suites, load_rubric
 
 
 @dataclass
@@ -28,26 +25,23 @@ class ValidateReport:
         self.ok = self.ok and not problems
 
 
-def validate(*, rubric_path: Path | None = None, solutions_dir: Path | None = None,
-             exercises_dir: Path | None = None, suites_dir: Path | None = None) -> ValidateReport:
-    """Check the course (default: ``paths``' course, read now, not at import)."""
-    rubric_path = Path(rubric_path or paths.RUBRIC)
-    solutions_dir = Path(solutions_dir or paths.SOLUTIONS)
-    exercises_dir = Path(exercises_dir or paths.EXERCISES)
-    suites_dir = Path(suites_dir or paths.SUITES)
+def validate(course: Course) -> ValidateReport:
+    """Check ``course``: its rubric, against the suites; its stubs; its solutions score full
+    marks and its untouched stubs 0."""
+    solutions_dir, exercises_dir = course.solutions, course.exercises
     report = ValidateReport()
     try:
-        rubric = load_rubric(rubric_path)
+        course.parsed_rubric()
     except RubricError as exc:
         report.check("rubric loads", exc.errors)
         return report
     report.check("rubric loads", [])
-    report.check("rubric and suites agree", check_rubric_against_suites(rubric, suites_dir))
+    report.check("rubric and suites agree", course.suite_problems())
     report.check("stubs are in sync with solutions",
                  stub_drift(solutions_dir=solutions_dir, exercises_dir=exercises_dir))
     report.check("stubs hold no solution code",
                  leaked_solution_lines(solutions_dir=solutions_dir, exercises_dir=exercises_dir))
-    with Grader(rubric) as grader:
+    with Grader(course) as grader:       # RubricError (exit 2) if they disagree
         ref = grader.grade(solutions_dir)
         report.check(f"solutions score full marks ({ref.score:g}/{ref.max_score:g})", [
             f"{lab.name}::{t.name}: {t.message}" for lab in ref.labs for t in lab.tests

@@ -276,15 +276,15 @@ def run(config: RunnerConfig) -> int:
     write_results(config.results, fallback_payload(
         "The autograder did not finish, so nothing was graded. " + STAFF_PROBLEM))
 
-    from grader import paths
+    from grader.course import Course
     from grader.errors import RubricError, SubmissionError
-    from grader.rubric import check_rubric_against_suites, load_rubric
+    from grader.outputs.atomic import use_output_mode
 
+    # The course is the bundle's source folder, named by the config: never the environment.
+    course = Course(config.source)
     try:
-        rubric = load_rubric(paths.RUBRIC)
-        problems = check_rubric_against_suites(rubric, paths.SUITES)
-        if problems:
-            raise RubricError(problems)
+        rubric = course.rubric          # parsed, and checked against the suites, once
+        use_output_mode(course.output_mode)
         labs = config.labs or list(rubric.labs)
         unknown = [lab for lab in labs if lab not in rubric.labs]
         if unknown:
@@ -305,7 +305,7 @@ def run(config: RunnerConfig) -> int:
     from grader.sandbox import Limits
 
     def new_grader() -> Grader:
-        return Grader(rubric, sandbox_mode=config.sandbox_mode,
+        return Grader(course, sandbox_mode=config.sandbox_mode,
                       limits=Limits(memory_mb=config.worker_memory_mb))
 
     grader = new_grader()
@@ -324,7 +324,8 @@ def run(config: RunnerConfig) -> int:
     try:
         grader.start()
         _protect_from_oom()
-        problem = grader.isolation_problem([config.source, paths.RUBRIC, paths.SOLUTIONS])
+        problem = grader.isolation_problem([config.source, course.rubric_path,
+                                            course.solutions])
         if problem:
             say(f"sandbox preflight failed: {problem}")
             partial.fail_pending("Not graded: the autograder could not isolate student code. "

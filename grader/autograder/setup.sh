@@ -33,5 +33,5 @@ fi
 
 # Fail the image build now, not every submission later, if the grader cannot import.
 cd "$SOURCE"
-PYTHONPATH="$SOURCE" GRADER_COURSE_DIR="$SOURCE" "$VENV/bin/python" -c \
+PYTHONPATH="$SOURCE" "$VENV/bin/python" -c \
     "import torch, grader.grading, grader.autograder.gradescope; print('grader ready, torch', torch.__version__)"

@@ -46,19 +46,17 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grader import paths
 from grader.batch import integrity
 from grader.batch.fingerprints import course_digests, is_up_to_date, submission_digest
 from grader.batch.pool import Pool, student_budget_s, write_student
 from grader.batch.progress import Progress
 from grader.batch.students import Entry, list_students
-from grader.errors import RubricError, UsageError, ZipRejected
+from grader.course import Course
+from grader.errors import UsageError, ZipRejected
 from grader.intake.zips import check_zip
 from grader.outputs.atomic import use_output_mode
 from grader.outputs.gradebook import GRADEBOOK_FILES, build_gradebook, failed_result
 from grader.results import Fault
-from grader.rubric import Rubric, check_rubric_against_suites, load_rubric
-from grader.secret import course_secret
 
 __all__ = ["BatchInterrupted", "BatchSummary", "grade_batch"]
 
@@ -91,23 +89,16 @@ class BatchSummary:
         return asdict(self)
 
 
-def _as_rubric(rubric) -> Rubric:
-    if rubric is None:
-        return load_rubric(paths.RUBRIC)
-    if isinstance(rubric, Rubric):
-        return rubric
-    return load_rubric(Path(rubric))
-
-
-def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
-                rubric: Rubric | str | Path | None = None,
+def grade_batch(root: str | Path, *, out: str | Path, course: Course, jobs: int | None = None,
                 progress: bool = True, labs: list[str] | None = None,
-                scheduler: str | None = None,
+                scheduler: str | None = None, worker_course: str | Path | None = None,
                 similar_to: list[str | Path] | None = None) -> BatchSummary:
     """Grade every student in ``root`` into ``out`` (see the module docstring); ``labs``:
     only these labs (default: all), scored out of their points alone; ``scheduler``: on
-    the Dask cluster at this address (``jobs`` is then ignored); ``similar_to``: folders of
-    past or public solutions for the similarity report."""
+    the Dask cluster at this address (``jobs`` is then ignored), whose workers find the
+    course in ``worker_course`` (default: the same folder as here); ``similar_to``: folders
+    of past or public solutions for the similarity report. ``course``: the course (its
+    rubric, suites, solutions, secret and output mode)."""
     started = time.monotonic()
     root, out = Path(root).resolve(), Path(out).resolve()
     if not root.is_dir():
@@ -119,25 +110,22 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
     for folder in similar_to:
         if not folder.is_dir():
             raise UsageError(f"--similar-to {folder}: not a folder (of past or public solutions)")
-    rubric = _as_rubric(rubric)
-    problems = check_rubric_against_suites(rubric, paths.SUITES)
-    if problems:                    # before anyone is graded (each process would refuse)
-        raise RubricError(problems)
+    rubric = course.rubric          # checked against the suites, before anyone is graded
     try:
         scored = rubric.only(labs)          # what every total is out of
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     labs = list(scored.labs)
-    use_output_mode(rubric.output_mode)
+    use_output_mode(course.output_mode)
     out.mkdir(parents=True, exist_ok=True)
     entries = list_students(root, out=out)
-    course = {**course_digests(rubric, course_secret()), "labs": labs}
+    digests = {**course_digests(rubric, course.secret), "labs": labs}
 
     tasks: deque = deque()
     instant: list[tuple[Entry, dict]] = []
     up_to_date = 0
     for entry in entries:
-        fingerprint = {"submission": submission_digest(entry), **course}
+        fingerprint = {"submission": submission_digest(entry), **digests}
         if is_up_to_date(out / entry.student, fingerprint):
             up_to_date += 1
             continue
@@ -176,10 +164,10 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
                           fingerprint)
             done({"student": entry.student, "status": entry.problem, "fault": Fault.STUDENT})
         if tasks:
-            how = {"rubric": rubric, "out": out, "budget_s": student_budget_s(scored),
+            how = {"course": course, "out": out, "budget_s": student_budget_s(scored),
                    "on_done": done, "labs": None if scored is rubric else labs}
             if scheduler:
-                pool = _cluster_pool(scheduler, how)
+                pool = _cluster_pool(scheduler, how, worker_course)
                 jobs = pool.workers
             else:
                 pool = Pool(jobs=jobs, **how)
@@ -200,7 +188,7 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         if any(stale.name.startswith(f".{name}.") for name in GRADEBOOK_FILES):
             with contextlib.suppress(OSError):
                 stale.unlink()
-    similarity = integrity.class_report(entries, rubric, labs, similar_to=similar_to,
+    similarity = integrity.class_report(entries, course, labs, similar_to=similar_to,
                                         jobs=os.cpu_count() or 1)
     similarity_files = integrity.write_report(similarity, out)
     book = build_gradebook(out=out, students=[e.student for e in entries], rubric=scored,
@@ -216,14 +204,14 @@ def grade_batch(root: str | Path, *, out: str | Path, jobs: int | None = None,
         min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})
 
 
-def _cluster_pool(scheduler: str, how: dict):
+def _cluster_pool(scheduler: str, how: dict, worker_course: str | Path | None):
     """The Dask cluster's stand-in for ``Pool`` (dask is imported only here)."""
     try:
         from grader.batch.cluster import ClusterPool
     except ImportError as exc:
         raise UsageError(f"--scheduler needs dask and distributed ({exc}): pip install "
                          "'attention-labs[cluster]'") from None
-    return ClusterPool(scheduler=scheduler, **how)
+    return ClusterPool(scheduler=scheduler, worker_course=worker_course, **how)
 
 
 @contextlib.contextmanager

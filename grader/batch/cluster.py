@@ -58,13 +58,12 @@ from grader.batch.fingerprints import course_digests
 from grader.batch.pool import (INTERNAL_ERROR, START_TIMEOUT_S, _start_grader, _student_dir,
                                grade_with_retry, refusal_status, submission_folder,
                                write_student)
-from grader.errors import BatchError, CourseMismatch, SubmissionError, UsageError
+from grader.course import Course
+from grader.errors import BatchError, CourseMismatch, GraderError, SubmissionError, UsageError
 from grader.intake import Problem, Sanitized, sanitize
 from grader.outputs.atomic import atomic_write_bytes
 from grader.outputs.gradebook import failed_result
 from grader.results import Fault
-from grader.rubric import Rubric, load_rubric
-from grader.secret import course_secret, secret_path
 
 CONNECT_TIMEOUT_S = 30.0     # reaching the scheduler
 WORKERS_TIMEOUT_S = 120.0    # the first worker joining, when none has yet
@@ -95,23 +94,23 @@ def _tree_digest(folder: Path, pattern: str) -> str:
     return h.hexdigest()
 
 
-def course_identity(rubric: Rubric, secret: bytes) -> dict[str, str]:
+def course_identity(course: Course) -> dict[str, str]:
     """What every machine of a cluster must share to give the same grades (sha256 each):
     the rubric file, the suites with the course secret (as in a student's fingerprint), the
     reference solutions and the grader's own code."""
-    return {**course_digests(rubric, secret),
-            "solutions": _tree_digest(paths.SOLUTIONS, "*.py"),
+    return {**course_digests(course.rubric, course.secret),
+            "solutions": _tree_digest(course.solutions, "*.py"),
             "grader": _tree_digest(paths.PACKAGE, "*.py")}
 
 
-def this_workers_course() -> dict[str, str]:
-    """This machine's ``course_identity`` for its course's rubric.yaml. The course secret
-    is read, never made: a worker with none has another course, and is told so."""
-    secret = secret_path()
-    if not secret.exists():
-        raise CourseMismatch(f"{secret} does not exist on this worker: copy the course's "
-                             ".grader-secret to it (hidden test inputs derive from it)")
-    return course_identity(load_rubric(paths.RUBRIC), course_secret())
+def this_workers_course(course: Course) -> dict[str, str]:
+    """This machine's ``course_identity`` for ``course`` (the folder the client named). The
+    course secret is read, never made: a worker with none has another course, and is told
+    so."""
+    if not course.secret_path.exists():
+        raise CourseMismatch(f"{course.secret_path} does not exist on this worker: copy the "
+                             "course's .grader-secret to it (hidden test inputs derive from it)")
+    return course_identity(course)
 
 
 def course_difference(expected: dict[str, str], found: dict[str, str]) -> list[str]:
@@ -153,8 +152,8 @@ class GradingService:
     ``jobs``: (task, reply queue).
     """
 
-    def __init__(self, labs: list[str] | None):
-        self.labs = labs
+    def __init__(self, course: Course, labs: list[str] | None):
+        self.course, self.labs = course, labs
         self.jobs: queue.Queue = queue.Queue()
         self.ready = threading.Event()
         self.failure = ""              # why the Grader could not start ("" if it did)
@@ -170,9 +169,8 @@ class GradingService:
             # One thread: a worker process per core already fills the cores.
             torch.set_num_threads(1)
             slot, slot_lock = claim_slot()
-            rubric = load_rubric(paths.RUBRIC)
-            scored = rubric.only(self.labs)
-            self.grader = _start_grader(rubric, slot, self.labs)
+            scored = self.course.rubric.only(self.labs)
+            self.grader = _start_grader(self.course, slot, self.labs)
         except Exception as exc:  # noqa: BLE001 - reported with every job this worker gets
             self.failure = f"{type(exc).__name__}: {exc}"
             self.ready.set()
@@ -193,7 +191,7 @@ class GradingService:
                 try:
                     with tempfile.TemporaryDirectory(prefix="grader-cluster-") as out:
                         reply, self.grader = grade_with_retry(
-                            task, grader=self.grader, rubric=rubric, scored=scored,
+                            task, grader=self.grader, course=self.course, scored=scored,
                             out=Path(out), slot=slot, labs=self.labs)
                         reply["files"] = read_student_files(Path(out) / task["student"])
                 except Exception as exc:  # noqa: BLE001 - a fresh Grader could not start
@@ -222,23 +220,28 @@ class GradingPlugin(WorkerPlugin):
     """On each Dask worker (those that join later too): check the course against the
     client's, then start the worker's ``GradingService``."""
 
-    def __init__(self, *, name: str, expected: dict[str, str], labs: list[str] | None):
-        self.name, self.expected, self.labs = name, expected, labs
+    def __init__(self, *, name: str, expected: dict[str, str], course: str,
+                 labs: list[str] | None):
+        # ``course``: the course folder on the workers (the client names it: a worker finds
+        # no course by itself); its identity must be ``expected``, the client's.
+        self.name, self.expected, self.course, self.labs = name, expected, course, labs
         self.service: GradingService | None = None
         self.problem = ""
         self.lock: threading.Lock | None = None
 
     def __getstate__(self):
-        return {"name": self.name, "expected": self.expected, "labs": self.labs}
+        return {"name": self.name, "expected": self.expected, "course": self.course,
+                "labs": self.labs}
 
     def __setstate__(self, state):
         self.__init__(**state)
 
     def setup(self, worker) -> None:
         self.lock = threading.Lock()
+        course = Course(self.course)
         try:
-            differs = course_difference(self.expected, this_workers_course())
-        except CourseMismatch as exc:
+            differs = course_difference(self.expected, this_workers_course(course))
+        except (CourseMismatch, GraderError) as exc:
             self.problem = f"Dask worker {worker.address}: {exc}"
         else:
             if differs:
@@ -246,7 +249,7 @@ class GradingPlugin(WorkerPlugin):
                                 f"client: {'; '.join(differs)} differ(s)")
         if self.problem:
             raise CourseMismatch(self.problem)      # the client's register_plugin raises it
-        self.service = GradingService(self.labs)   # starts in the background
+        self.service = GradingService(course, self.labs)   # starts in the background
 
     def teardown(self, worker) -> None:
         if self.service is not None:
@@ -272,7 +275,7 @@ class GradingPlugin(WorkerPlugin):
                 reply = answer.get(timeout=budget_s)
             except queue.Empty:
                 service.abandon()
-                self.service = GradingService(self.labs)
+                self.service = GradingService(service.course, self.labs)
                 return {"student": task["student"], "seconds": time.monotonic() - started,
                         "status": f"{INTERNAL_ERROR}: took longer than {budget_s:g} s "
                                   "and was stopped", "fault": Fault.GRADER}
@@ -324,16 +327,21 @@ def write_student_files(out: Path, student: str, files: dict[str, bytes]) -> Non
 class ClusterPool:
     """The local ``Pool``'s part on a Dask cluster: ``run(tasks)``, then ``close()``.
 
-    ``scheduler``: the scheduler's address (``tcp://host:8786``); ``rubric``: the course's
-    (every lab); ``labs``: the labs graded (None: all); ``budget_s``: the longest a student
-    may take; ``on_done(reply)``: called once per student, after their files are written.
+    ``scheduler``: the scheduler's address (``tcp://host:8786``); ``course``: the batch's
+    (its rubric has every lab); ``worker_course``: the course folder on the worker machines
+    (default: ``course``'s folder, the same path there); ``labs``: the labs graded (None:
+    all); ``budget_s``: the longest a student may take; ``on_done(reply)``: called once per
+    student, after their files are written.
     """
 
-    def __init__(self, *, scheduler: str, rubric: Rubric, out: Path, budget_s: float,
-                 on_done, labs: list[str] | None = None):
-        self.rubric, self.out, self.budget_s, self.on_done = rubric, Path(out), budget_s, on_done
+    def __init__(self, *, scheduler: str, course: Course, out: Path, budget_s: float,
+                 on_done, labs: list[str] | None = None,
+                 worker_course: str | Path | None = None):
+        self.course, self.out, self.budget_s, self.on_done = course, Path(out), budget_s, on_done
+        self.rubric = course.rubric
+        self.worker_course = str(worker_course or course.folder)
         self.labs = list(labs) if labs else None
-        self.scored = rubric.only(self.labs)
+        self.scored = self.rubric.only(self.labs)
         self.scheduler = scheduler
         self.plugin = f"grader-batch-{uuid.uuid4().hex[:12]}"
         self.pending: dict = {}             # future -> task
@@ -359,11 +367,12 @@ class ClusterPool:
             raise BatchError(f"no Dask worker joined the scheduler at {self.scheduler} in "
                              f"{WORKERS_TIMEOUT_S:g} s (start one: dask worker "
                              f"{self.scheduler} --nthreads 1)") from None
-        expected = course_identity(self.rubric, course_secret())
+        expected = course_identity(self.course)
         # Every worker checks its course and starts its Grader; a mismatch raises here,
         # before anyone is graded. Workers that join later get the plugin too.
         self.client.register_plugin(GradingPlugin(name=self.plugin, expected=expected,
-                                                  labs=self.labs), name=self.plugin)
+                                                  course=self.worker_course, labs=self.labs),
+                                    name=self.plugin)
 
     # -- one student ------------------------------------------------------------------------
     def _job(self, task: dict) -> dict | None:
@@ -372,7 +381,8 @@ class ClusterPool:
         student = task["student"]
         try:
             with submission_folder(task) as folder:
-                clean = sanitize(folder, self.rubric, list(self.rubric.labs))
+                clean = sanitize(folder, self.rubric, list(self.rubric.labs),
+                                 solutions=self.course.solutions)
         except SubmissionError as exc:
             # As a local grading process records it: the student's own doing, reusable.
             write_student(self.out, student, failed_result(student, self.scored,

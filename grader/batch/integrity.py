@@ -19,7 +19,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from grader import paths, similarity
+from grader import similarity
 from grader.authoring.stubs import strip_solutions
 from grader.batch.students import Entry, list_students
 from grader.errors import GraderError
@@ -27,7 +27,7 @@ from grader.intake import sanitize
 from grader.intake.zips import unpack_zip
 from grader.outputs import spreadsheet
 from grader.outputs.atomic import atomic_open, atomic_write_text
-from grader.rubric import Rubric
+from grader.course import Course
 
 THRESHOLD = 0.5        # flagged from here (benchmarks/bench_similarity.py: honest <= 0.42)
 SHOWN = 10             # flagged pairs per lab whose sources class.html shows side by side
@@ -38,11 +38,13 @@ NOTE = ("Evidence for a person to look at, not a finding: this report changes no
 SOLUTIONS = "course solutions"
 
 
-def _lab_sources(path: Path, kind: str, rubric: Rubric, labs: list[str]) -> dict[str, str]:
+def _lab_sources(path: Path, kind: str, course: Course, labs: list[str]) -> dict[str, str]:
     """lab -> source text of one submission (folder, zip or single file); labs it lacks or
     that cannot be read are left out."""
+    rubric = course.rubric
+
     def read(folder: Path) -> dict[str, str]:
-        got = sanitize(folder, rubric, labs)
+        got = sanitize(folder, rubric, labs, solutions=course.solutions)
         by_file = {rubric.labs[lab].file: lab for lab in labs}
         return {by_file[name]: data.decode("utf-8", "replace")
                 for name, data in got.files.items() if name in by_file}
@@ -56,20 +58,20 @@ def _lab_sources(path: Path, kind: str, rubric: Rubric, labs: list[str]) -> dict
         return {}
 
 
-def _reference_sources(dirs: list[Path], rubric: Rubric, labs: list[str]) -> dict[str, dict]:
+def _reference_sources(dirs: list[Path], course: Course, labs: list[str]) -> dict[str, dict]:
     """label -> lab -> source: the course's solutions, and each ``--similar-to`` folder (its
     own lab files, and each entry in it: one past submission each)."""
-    found = {SOLUTIONS: _lab_sources(paths.SOLUTIONS, "folder", rubric, labs)}
+    found = {SOLUTIONS: _lab_sources(course.solutions, "folder", course, labs)}
     for folder in dirs:
         folder = Path(folder)
         if not folder.is_dir():
             raise GraderError(f"--similar-to {folder}: not a folder of solutions")
-        own = _lab_sources(folder, "folder", rubric, labs)
+        own = _lab_sources(folder, "folder", course, labs)
         if own:
             found[f"{folder.name}/"] = own
         for entry in list_students(folder):
             if entry.kind in ("folder", "zip") and not entry.problem:
-                got = _lab_sources(entry.path, entry.kind, rubric, labs)
+                got = _lab_sources(entry.path, entry.kind, course, labs)
                 if got:
                     found[f"{folder.name}/{entry.student}"] = got
     return found
@@ -130,13 +132,14 @@ def lab_reports(work: list[tuple], *, jobs: int = 1) -> list[dict]:
         return list(pool.map(_lab_report_of, work))
 
 
-def class_report(entries: list[Entry], rubric: Rubric, labs: list[str], *,
+def class_report(entries: list[Entry], course: Course, labs: list[str], *,
                  similar_to: list[Path] | None = None, threshold: float = THRESHOLD,
                  jobs: int = 1) -> dict:
     """The whole class's report: one ``lab_report`` per lab (``jobs``: processes)."""
-    per_student = {e.student: _lab_sources(e.path, e.kind, rubric, labs)
+    rubric = course.rubric
+    per_student = {e.student: _lab_sources(e.path, e.kind, course, labs)
                    for e in entries if not e.problem and e.kind in ("folder", "zip")}
-    references = _reference_sources(list(similar_to or []), rubric, labs)
+    references = _reference_sources(list(similar_to or []), course, labs)
     report = {"note": NOTE, "threshold": threshold,
               "method": {"name": "winnowing over normalised tokens (Schleimer et al. 2003)",
                          "k": similarity.K, "window": similarity.W, "common": similarity.COMMON,
@@ -144,7 +147,7 @@ def class_report(entries: list[Entry], rubric: Rubric, labs: list[str], *,
               "labs": {}}
     work = []
     for lab in labs:
-        solution_path = paths.SOLUTIONS / rubric.labs[lab].file
+        solution_path = course.solutions / rubric.labs[lab].file
         solution = solution_path.read_text(encoding="utf-8") if solution_path.is_file() else ""
         stub = strip_solutions(solution, path=str(solution_path)) if solution else ""
         work.append((lab, {s: got[lab] for s, got in per_student.items() if lab in got},

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from grader.course import Course
 from grader.errors import BatchError, SubmissionError, ZipRejected
 from grader.grading import ENGINE_MODULES, Grader
 from grader.intake.zips import unpack_zip
-from grader.outputs.atomic import atomic_write_text
+from grader.outputs.atomic import atomic_write_text, use_output_mode
 from grader.outputs.gradebook import failed_result
 from grader.outputs.gradescope import write_gradescope
 from grader.outputs.html import write_feedback_html
@@ -156,10 +157,10 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _start_grader(rubric: Rubric, slot: int, labs: list[str] | None = None) -> Grader:
-    """A started Grader (slot ``slot``: its own sandbox uid) with its call plan for ``labs``
-    recorded now, not in the first student's time."""
-    grader = Grader(rubric, send_ahead=True, slot=slot)
+def _start_grader(course: Course, slot: int, labs: list[str] | None = None) -> Grader:
+    """A started Grader of ``course`` (slot ``slot``: its own sandbox uid) with its call
+    plan for ``labs`` recorded now, not in the first student's time."""
+    grader = Grader(course, send_ahead=True, slot=slot)
     try:
         return grader.prepare(labs)
     except BaseException:
@@ -167,7 +168,7 @@ def _start_grader(rubric: Rubric, slot: int, labs: list[str] | None = None) -> G
         raise
 
 
-def grade_with_retry(task: dict, *, grader: Grader, rubric: Rubric, scored: Rubric,
+def grade_with_retry(task: dict, *, grader: Grader, course: Course, scored: Rubric,
                      out: Path, slot: int, labs: list[str] | None) -> tuple[dict, Grader]:
     """``grade_task``; on a fault of the grader's own, once more with a fresh Grader (which
     is returned: the caller keeps it). If it fails again the student stays marked "grading
@@ -177,23 +178,26 @@ def grade_with_retry(task: dict, *, grader: Grader, rubric: Rubric, scored: Rubr
         if not reply.pop("restart"):
             break
         grader.close(wait=False)
-        grader = _start_grader(rubric, slot, labs)
+        grader = _start_grader(course, slot, labs)
     return reply, grader
 
 
-def _grading_process(slot: int, conn, rubric: Rubric, out: Path,
+def _grading_process(slot: int, conn, course: Course, out: Path,
                      labs: list[str] | None = None) -> None:
     """A grading process: one Grader, then one student per message until told to stop.
 
-    ``rubric``: the course's (every lab: a lab may import another); ``labs``: the labs it
-    grades, and scores out of (default: all).
+    ``course``: the batch's (its rubric already checked, its secret already read: the
+    process gets it as an argument, never from the environment); its rubric has every lab
+    (a lab may import another); ``labs``: the labs it grades, and scores out of (default:
+    all).
     """
     # Ctrl-C reaches the whole process group: the batch process handles it and stops this
     # one by pid. Ignored from here on (and by the zygote this process starts, which
     # inherits it), so no grading process prints a traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
-    scored = rubric.only(labs)
+    use_output_mode(course.output_mode)     # the student files this process writes
+    scored = course.rubric.only(labs)
     import torch
     # One thread: N processes already fill N cores, and small ops run faster single-threaded.
     torch.set_num_threads(1)
@@ -201,7 +205,7 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path,
     try:
         # One sandbox and one pytest session for every student of this process: the suites
         # are configured, imported and collected once, not once per student.
-        grader = _start_grader(rubric, slot, labs)
+        grader = _start_grader(course, slot, labs)
     except Exception as exc:  # noqa: BLE001 - reported to the batch, which stops
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -218,7 +222,7 @@ def _grading_process(slot: int, conn, rubric: Rubric, out: Path,
                 break
             if task is None:
                 break
-            reply, grader = grade_with_retry(task, grader=grader, rubric=rubric, scored=scored,
+            reply, grader = grade_with_retry(task, grader=grader, course=course, scored=scored,
                                              out=out, slot=slot, labs=labs)
             conn.send(("done", reply))
     finally:
@@ -238,7 +242,7 @@ class _Slot:
 class Pool:
     """N grading processes, each given one student at a time; dead ones are replaced."""
 
-    def __init__(self, *, jobs: int, rubric: Rubric, out: Path, budget_s: float, on_done,
+    def __init__(self, *, jobs: int, course: Course, out: Path, budget_s: float, on_done,
                  labs: list[str] | None = None):
         # forkserver, not fork: the batch process may have run torch ops (a forked OpenMP
         # pool deadlocks). The server imports torch and the engine once (no ops) and forks
@@ -248,9 +252,9 @@ class Pool:
         # (``grader.grading`` itself loads no engine: see ``grading.load_engine``.)
         self.context.set_forkserver_preload(["grader.batch.quiet_interrupt", "torch",
                                              "grader.grading", *ENGINE_MODULES])
-        self.rubric, self.out, self.budget_s, self.on_done = rubric, out, budget_s, on_done
+        self.course, self.out, self.budget_s, self.on_done = course, out, budget_s, on_done
         self.labs = list(labs) if labs else None
-        self.scored = rubric.only(self.labs)       # what a failed student scores out of
+        self.scored = course.rubric.only(self.labs)       # what a failed student scores out of
         self.slots: dict[int, _Slot] = {}
         try:
             for index in range(jobs):   # started from the main thread (PDEATHSIG is per thread)
@@ -263,7 +267,7 @@ class Pool:
         ours, theirs = self.context.Pipe()
         process = self.context.Process(
             target=_grading_process, name=f"grader-batch-{index}",
-            args=(index, theirs, self.rubric, self.out, self.labs), daemon=True)
+            args=(index, theirs, self.course, self.out, self.labs), daemon=True)
         process.start()
         theirs.close()
         self.slots[index] = _Slot(index, process, ours, since=time.monotonic())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from grader.cli.common import resolve_course_dir
 from grader.errors import EXIT_INTERRUPTED, GraderError
 
 # The modules whose commands ``grader --help`` lists, in that order.
@@ -51,10 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.course:
-            from grader import paths
-
-            paths.use_course(args.course)
+        # The course is resolved here, once; commands make their ``Course`` from it
+        # (``common.course_arg``) and pass it down.
+        args.course_dir = resolve_course_dir(args.course)
         return args.func(args)
     except GraderError as exc:
         for line in exc.errors or [type(exc).__name__]:

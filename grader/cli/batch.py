@@ -30,13 +30,14 @@ def cmd_batch(args) -> int:
 
     from grader.batch import grade_batch
     from grader.batch.progress import duration
-    from grader.cli.common import labs_arg
+    from grader.cli.common import course_arg, labs_arg
 
     labs = labs_arg(args.labs) or None
-    summary = grade_batch(args.root, out=args.out, jobs=args.jobs,
-                          rubric=args.batch_rubric or args.rubric, progress=not args.quiet,
-                          labs=labs, scheduler=args.scheduler,
-                          similar_to=args.similar_to)
+    if args.batch_rubric:
+        args.rubric = args.batch_rubric
+    summary = grade_batch(args.root, out=args.out, course=course_arg(args), jobs=args.jobs,
+                          progress=not args.quiet, labs=labs, scheduler=args.scheduler,
+                          worker_course=args.worker_course, similar_to=args.similar_to)
     if not args.quiet:
         print(f"{summary.students} students ({summary.graded} graded now, "
               f"{summary.up_to_date} up to date) in {duration(summary.seconds)}"
@@ -72,6 +73,9 @@ def register(subparsers) -> None:
                    help="grade on the Dask cluster at ADDRESS (tcp://host:8786) instead of "
                         "local processes (needs pip install 'attention-labs[cluster]'; "
                         "see docs/batch.md)")
+    p.add_argument("--worker-course", dest="worker_course", metavar="DIR",
+                   help="with --scheduler: the course folder on the worker machines (default: "
+                        "the same path as the course here)")
     p.add_argument("--similar-to", dest="similar_to", action="append", metavar="DIR",
                    help="also compare every student with the solutions in DIR (past terms', "
                         "public ones; repeat for more) in the similarity report")

@@ -6,14 +6,14 @@ import json
 import os
 from pathlib import Path
 
-from grader.cli.common import grade_submission, labs_arg, load_rubric_arg, rubric_path_arg
+from grader.cli.common import course_arg, grade_submission, labs_arg
 from grader.errors import UsageError
 
 
 def cmd_release(args) -> int:
     from grader.authoring.bundles import build_release
 
-    out = build_release(args.out, rubric_path=rubric_path_arg(args),
+    out = build_release(args.out, course_arg(args),
                         classroom_workflow=args.classroom, title=args.title)
     count = sum(1 for f in out.rglob("*") if f.is_file())
     print(f"Wrote the student release to {out} ({count} files; no hidden tests, solutions "
@@ -26,12 +26,12 @@ def cmd_gradescope(args) -> int:
     from grader.authoring.bundles import build_gradescope
 
     labs = labs_arg(args.labs)
-    out = build_gradescope(args.out, rubric_path=rubric_path_arg(args), labs=labs,
+    out = build_gradescope(args.out, course_arg(args), labs=labs,
                            timeout_s=args.timeout_min * 60,
                            worker_memory_mb=args.worker_memory_mb,
                            torch_index_url=args.torch_index_url,
                            wheels=Path(args.wheels) if args.wheels else None)
-    rubric = load_rubric_arg(args)
+    rubric = course_arg(args).rubric
     points = sum(t.points for name in (labs or rubric.labs)
                  for t in rubric.labs[name].tests.values())
     print(f"Wrote {out} ({out.stat().st_size / 2**20:.1f} MiB).")
@@ -52,7 +52,7 @@ def cmd_classroom(args) -> int:
         raise UsageError("--github-output needs the GITHUB_OUTPUT variable (set by GitHub "
                          "Actions)")
     visibility = ("public",) if args.public_only else ("public", "hidden")
-    result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
+    result = grade_submission(Path(args.submission), course=course_arg(args),
                               labs=[args.lab] if args.lab else None, visibility=visibility)
     render_table(result, console=Console(stderr=True))
     encoded = classroom_encoded(result)

@@ -56,12 +56,12 @@ def lab_of_file(path: Path, rubric) -> str | None:
 
 
 def cmd_check(args) -> int:
-    from grader import paths
-    from grader.cli.common import labs_arg, load_rubric_arg
+    from grader.cli.common import course_arg, labs_arg
     from grader.cli.common import waited_s
     from grader.outputs.terminal import render_table
 
-    rubric = load_rubric_arg(args)
+    course = course_arg(args)
+    rubric = course.rubric
     labs = labs_arg(args.lab) or None
     if args.submission:
         submission = Path(args.submission)
@@ -69,14 +69,14 @@ def cmd_check(args) -> int:
             labs = [lab]
     else:
         here = Path.cwd()
-        submission = here if holds_lab_files(here, rubric) else paths.EXERCISES
-    if labs is None and submission.is_dir() and submission != paths.EXERCISES:
+        submission = here if holds_lab_files(here, rubric) else course.exercises
+    if labs is None and submission.is_dir() and submission != course.exercises:
         # The labs whose files are here: a student checks the labs they work on, not a
         # line per lab they have not started (grader grade still grades every lab).
         labs = labs_in_folder(submission, rubric) or None
     print(f"Checking {submission.resolve() if submission.exists() else submission}"
           + (f" ({', '.join(labs)})" if labs else ""), flush=True)
-    result = grade_submission(submission, rubric=rubric, labs=labs, visibility=("public",))
+    result = grade_submission(submission, course=course, labs=labs, visibility=("public",))
     render_table(result, waited_s=waited_s())
     failed = [t for lab in result.labs for t in lab.tests if not t.passed]
     if failed:

@@ -1,5 +1,6 @@
-"""What the command modules share: the rubric the user named (``--rubric``), or the course's,
-and ``--lab`` lists. Imports nothing heavy (no torch): ``grader --help`` loads this."""
+"""What the command modules share: the course (``--course``, found once here; ``--rubric``),
+made into one ``Course`` per command, and ``--lab`` lists. Imports nothing heavy (no torch):
+``grader --help`` loads this."""
 
 from __future__ import annotations
 
@@ -28,18 +29,39 @@ def waited_s() -> float:
     return time.monotonic() - _IMPORTED_AT
 
 
-def rubric_path_arg(args) -> Path:
-    """``--rubric`` if given, else the course's rubric.yaml (read now: ``--course`` counts)."""
+# The one place the environment names the course: ``--course`` wins, then this variable,
+# then the kit this grader came from. Read once, by ``resolve_course_dir`` (``main``).
+COURSE_ENV = "GRADER_COURSE_DIR"
+
+
+def resolve_course_dir(option: str | None) -> Path:
+    """The course folder: ``--course`` if given, else ``$GRADER_COURSE_DIR``, else the kit."""
     from grader import paths
 
-    return Path(args.rubric) if getattr(args, "rubric", None) else paths.RUBRIC
+    return Path(option or os.environ.get(COURSE_ENV) or paths.KIT).expanduser().resolve()
 
 
-def load_rubric_arg(args):
-    """The rubric of ``rubric_path_arg``, loaded (RubricError names file and line)."""
-    from grader.rubric import load_rubric
+def course_dir_arg(args) -> Path:
+    """The course folder ``main`` resolved (``resolve_course_dir``) for this command."""
+    folder = getattr(args, "course_dir", None)
+    if folder is None:          # a command function called without ``main`` (tests)
+        folder = args.course_dir = resolve_course_dir(getattr(args, "course", None))
+    return folder
 
-    return load_rubric(rubric_path_arg(args))
+
+def course_arg(args):
+    """The ``Course`` of this command (``--course``, ``--rubric``), made once: its rubric
+    parsed and checked against the suites here (``RubricError`` names file and line), and
+    its output mode the mode of every file this process writes from now on."""
+    course = getattr(args, "course_obj", None)
+    if course is None:
+        from grader.course import Course
+        from grader.outputs.atomic import use_output_mode
+
+        course = Course(course_dir_arg(args), getattr(args, "rubric", None) or None)
+        use_output_mode(course.output_mode)
+        args.course_obj = course
+    return course
 
 
 def labs_arg(values: list[str] | str | None) -> list[str]:

@@ -8,11 +8,11 @@ from grader.cli.common import grade_submission
 
 
 def cmd_feedback(args) -> int:
-    from grader.cli.common import labs_arg, load_rubric_arg
+    from grader.cli.common import course_arg, labs_arg
     from grader.outputs.html import points_text, write_feedback_html
 
     visibility = ("public",) if args.public else ("public", "hidden")
-    result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
+    result = grade_submission(Path(args.submission), course=course_arg(args),
                               labs=labs_arg(args.lab) or None, visibility=visibility)
     out = write_feedback_html(result, Path(args.out) / "feedback.html")
     failed = sum(1 for lab in result.labs for t in lab.tests if not t.passed)

@@ -9,7 +9,7 @@ from grader.errors import EXIT_OK
 
 
 def cmd_grade(args) -> int:
-    from grader.cli.common import load_rubric_arg
+    from grader.cli.common import course_arg
     from grader.outputs.atomic import atomic_write_text
     from grader.outputs.gradescope import write_gradescope
     from grader.outputs.html import write_feedback_html
@@ -17,7 +17,7 @@ def cmd_grade(args) -> int:
     from grader.cli.common import waited_s
     from grader.outputs.terminal import render_table
 
-    result = grade_submission(Path(args.submission), rubric=load_rubric_arg(args),
+    result = grade_submission(Path(args.submission), course=course_arg(args),
                               labs=[args.lab] if args.lab else None)
     out = Path(args.out)
     write_gradescope(result, out / "results.json")

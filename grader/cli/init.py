@@ -6,8 +6,10 @@ from __future__ import annotations
 def cmd_init(args) -> int:
     from grader.authoring.new_course import init_course
     from grader.cli import version
+    from grader.cli.common import course_dir_arg
 
-    dest = init_course(args.dir, source=args.source, version=version())
+    dest = init_course(args.dir, source=args.source, version=version(),
+                       in_use=course_dir_arg(args))
     print(f"Created the course {dest}: rubric.yaml, solutions/, exercises/, README.md")
     print(f"Next: grader --course {dest} validate")
     return 0

@@ -4,32 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.cli.common import load_rubric_arg
+from grader.cli.common import course_arg, course_dir_arg
 
 
 def cmd_notebooks(args) -> int:
-    from grader import paths
     from grader.authoring.course_notebooks import course_drift, write_course
 
     from grader.errors import UsageError
 
-    if not (paths.COURSE / "solutions").is_dir():
+    folder = course_dir_arg(args)
+    if not (folder / "solutions").is_dir():
         # A student kit: the notebooks are built from the solutions, which it does not hold.
         raise UsageError(f"grader notebooks is for instructors: it builds the course's "
-                         f"notebooks from solutions/, which {paths.COURSE} does not have "
+                         f"notebooks from solutions/, which {folder} does not have "
                          f"(notebook classes get their notebooks from nbgrader's release)")
-    out = Path(args.out) if args.out else paths.COURSE / "notebooks"
+    out = Path(args.out) if args.out else folder / "notebooks"
+    course = course_arg(args)
     kwargs = {"labs": [args.lab] if args.lab else None,
               "include_dependencies": args.include_dependencies}
-    if args.rubric:
-        kwargs["rubric"] = load_rubric_arg(args)
     if args.check:
-        problems = course_drift(out, **kwargs)
+        problems = course_drift(out, course, **kwargs)
         for p in problems:
             print(p)
         print("notebooks are in sync" if not problems else f"{len(problems)} notebook problem(s)")
         return 1 if problems else 0
-    for path in write_course(out, **kwargs):
+    for path in write_course(out, course, **kwargs):
         print(f"wrote {path}")
     return 0
 

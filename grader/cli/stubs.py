@@ -6,16 +6,19 @@ from grader.errors import EXIT_FAILED, EXIT_OK
 
 
 def cmd_stubs(args) -> int:
-    from grader import paths
     from grader.authoring.stubs import stub_drift, write_stubs
+    from grader.cli.common import course_dir_arg
+    from grader.course import Course
+
+    course = Course(course_dir_arg(args))       # its folders only: no rubric is read
 
     if args.check:
-        problems = stub_drift(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES)
+        problems = stub_drift(solutions_dir=course.solutions, exercises_dir=course.exercises)
         for p in problems:
             print(p)
         print("stubs are in sync" if not problems else f"{len(problems)} stub problem(s)")
         return EXIT_FAILED if problems else EXIT_OK
-    for path in write_stubs(solutions_dir=paths.SOLUTIONS, exercises_dir=paths.EXERCISES):
+    for path in write_stubs(solutions_dir=course.solutions, exercises_dir=course.exercises):
         print(f"wrote {path}")
     return EXIT_OK
 

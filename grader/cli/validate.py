@@ -7,9 +7,11 @@ from grader.errors import EXIT_FAILED, EXIT_OK
 
 def cmd_validate(args) -> int:
     from grader.authoring.validate import validate
-    from grader.cli.common import rubric_path_arg
+    from grader.cli.common import course_dir_arg
+    from grader.course import Course
 
-    report = validate(rubric_path=rubric_path_arg(args))
+    # Not ``course_arg``: a rubric that does not load is a line of the report, not an error.
+    report = validate(Course(course_dir_arg(args), args.rubric or None))
     for line in report.lines:
         print(line)
     return EXIT_OK if report.ok else EXIT_FAILED

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ import torch
 from grader.engine.compare import Mismatch
 from grader.results import TestResult
 from grader.rubric import Rubric
-from grader.secret import hidden_seed
+from grader.secret import hidden_seed, training_start_seed
 from grader.engine.student import MissingRaise, Session, StudentError, StudentLab
 
 STDOUT_SHOWN = 600
@@ -61,6 +62,9 @@ def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
     return text
 
 
+REPORT_PROPERTY = "report"   # a public test's user property: its message when it passes
+
+
 class GradingPlugin:
     def __init__(self, *, rubric: Rubric, session: Session, secret: bytes = b""):
         self.rubric = rubric
@@ -79,6 +83,8 @@ class GradingPlugin:
             return self._rubric_test(item).tolerance
         if name == "budget":
             return self._rubric_test(item).budget
+        if name == "training_start":
+            return self._training_start(lab_of(item))
         if self.secret and visibility_of(item) == "hidden":
             # This course's own inputs: a table leaked from another course scores nothing.
             return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
@@ -101,6 +107,20 @@ class GradingPlugin:
     @pytest.fixture
     def gen(self, request) -> torch.Generator:
         return self._value("gen", request.node)
+
+    @pytest.fixture
+    def training_start(self, request) -> int:
+        """The seed of the initial weights the grader gives the lab's training (lab 8):
+        one per grading of a lab file, from the course secret (grader.secret)."""
+        return self._value("training_start", request.node)
+
+    def _training_start(self, lab: str) -> int:
+        path = Path(self.session.submission_dir) / f"{lab}.py"
+        try:
+            source = path.read_bytes()
+        except OSError:
+            source = b""
+        return training_start_seed(self.secret, lab, source)
 
     # -- hooks ----------------------------------------------------------------------------
     def _rubric_test(self, item):
@@ -164,6 +184,8 @@ class GradingPlugin:
                 message = "the test was skipped, which counts as failed"
             elif report.passed and report.when == "call" and not hidden:
                 artifacts = self._passed_pictures(item)
+                # What the test reports on a pass (lab 8: the training's figures).
+                message = str(dict(item.user_properties).get(REPORT_PROPERTY, ""))[:2000]
             callspec = getattr(item, "callspec", None)
             self.outcomes.append(TestResult(
                 lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",

@@ -11,12 +11,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import os
 import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from grader import paths
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
                             memcg, protocol, usage, wire)
@@ -206,6 +206,7 @@ class Session:
     measuring: "_MeasuredReferences | None" = None
     relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
+    solutions: str | None = None                    # the course's solutions/ (the references)
 
     def __post_init__(self):
         # Every large buffer of this process (a relayed request or reply, a worker's reply)
@@ -383,10 +384,18 @@ class Session:
         """``req`` (a call or grad request) in a fresh worker of its own, measured from the
         kernel's accounting (``grader.sandbox.usage``, ``grader.sandbox.memcg``): (the
         reply's value, what the call used above its inputs). ``warmup``: a request run
-        first in the same worker (the same function at a small size), so that a library's
-        one-time cost (a lazy import, a first-call cache) is not the call's. ``reference``:
-        the course's reference answers instead, in a worker like the student's (its time
-        is the test's too); not recorded. Never sent ahead; recorded like every call."""
+        first in the same worker, on other inputs (``StudentLab.measure`` draws them), so
+        that a library's one-time cost (a lazy import, a first-call cache) is not the
+        call's; what it leaves held is ``kept_bytes``. ``reference``: the course's
+        reference answers instead, in a worker like the student's (its time is the test's
+        too); not recorded. Never sent ahead; recorded like every call.
+
+        The order is the guarantee: the worker imports the libraries, the lab and runs the
+        warm-up before it holds anything of ``req``; the measurement (a fresh cgroup's
+        peak, or the reset high-water mark, and the CPU time) starts before ``req`` is sent,
+        so receiving and decoding its inputs is inside it whatever the lab's code patched in
+        the worker, and the inputs' own bytes (the frame's payload, counted here) are taken
+        off the peak."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)
@@ -399,22 +408,24 @@ class Session:
             setup = memcg.group()
             if setup is not None:
                 setup.add(worker.pid)       # what the import and the warm-up hold is read here
-            self._exchange(worker, lab, protocol.stage_request(req))   # read the inputs
-            held = self._memory_now(worker, setup)   # inputs held, the lab not imported yet
+            self._exchange(worker, lab, protocol.prepare_request())    # libraries, mallopt
+            held = self._memory_now(worker, setup)   # the lab not imported yet
             self._exchange(worker, lab, protocol.probe_request([]))     # import the lab
             imported = self._memory_now(worker, setup)
             if warmup is not None:
                 self._exchange(worker, lab, warmup)
             warmed = self._memory_now(worker, setup)
+            frame = wire.encode(req)
+            inputs = wire.PREFIX.unpack_from(frame)[1]      # the bytes of its tensors
             if setup is not None:
                 call = memcg.group()
             if call is not None:
-                call.add(worker.pid)        # only what the call faults in from here counts
+                call.add(worker.pid)        # only what the worker faults in from here counts
             else:
                 usage.reset_peak(worker.pid)
             self.measuring.start(call)
             before = usage.reading(worker.pid)
-            value = self._exchange(worker, lab, protocol.run_staged_request())
+            value = self._exchange(worker, lab, frame=frame)
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
             others = self.measuring.used()
@@ -422,8 +433,8 @@ class Session:
             # With a cgroup, the reference workers are in it (its peak is of the sum).
             call_peak = call.peak() if call is not None else used.peak_bytes + others.peak_bytes
             used = replace(used, peak_bytes=usage.charged(
-                imported=imported - held, kept_by_warmup=warmed - imported,
-                call_peak=call_peak))
+                imported=imported - held, call_peak=call_peak, inputs=inputs),
+                kept_bytes=max(0, warmed - imported), inputs_bytes=inputs)
         except StudentError as exc:
             if reference and exc.kind != "timeout":   # the grader's fault, never a score
                 self.fault = self.fault or SandboxError(f"the reference {lab} failed: {exc}")
@@ -499,14 +510,16 @@ class Session:
             if worker is not None:
                 worker.kill()
 
-    def _exchange(self, worker: Worker, lab: str, req: dict):
-        """One request to ``worker`` and its reply's value, within the test's time."""
+    def _exchange(self, worker: Worker, lab: str, req: dict | None = None, *,
+                  frame: bytes | None = None):
+        """One request (``req``, or its encoded ``frame``) to ``worker`` and its reply's
+        value, within the test's time."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(lab)
         self.made += 1
         with self._waiting(lab):
-            worker.send_ahead(wire.encode(req), count=1)
+            worker.send_ahead(wire.encode(req) if frame is None else frame, count=1)
             reply = worker.receive(timeout_s=remaining)
             self._credit_load(worker)
         return self._reply_value(worker, lab, reply)
@@ -670,7 +683,8 @@ class Session:
         per session: a worker serving it runs the reference in the same conditions as the
         student's code (a resource test's yardstick, ``measure(reference=True)``)."""
         if lab not in self.references:
-            source = (paths.SOLUTIONS / f"{lab}.py").read_bytes()
+            with open(f"{self.solutions}/{lab}.py", "rb") as fh:
+                source = fh.read()
             self.references[lab] = make_scratch({f"{lab}.py": source})
         return self.references[lab].name
 
@@ -755,9 +769,11 @@ class _MeasuredReferences:
 class Measurement:
     """What ``student.measure`` returns: the call's value and what the call used."""
     value: object
-    peak_bytes: int             # resident-memory high-water mark above the inputs
+    peak_bytes: int             # peak memory of the call above its inputs (usage.charged)
     cpu_s: float                # CPU time of the worker's threads during the call
     other_processes: bool       # another process did part of the work: figures incomplete
+    kept_bytes: int = 0         # held after the warm-up call (each test forgives part of it)
+    inputs_bytes: int = 0       # the inputs' own bytes, taken off ``peak_bytes``
 
 
 @dataclass
@@ -798,6 +814,68 @@ def _largest_number(value, depth: int = 0) -> float:
     return 0.0
 
 
+def _alike(value, gen: torch.Generator, depth: int = 0):
+    """``value`` with every tensor redrawn by the grader: the same shape, dtype and kind,
+    other values. Floating tensors: normal around the original's mean and spread (never
+    the same numbers); integer tensors (tokens): uniform over the original's range; bool
+    tensors (masks: the structure of the call, not its data) and Python values as they
+    are. For a warm-up call that takes the measured call's code path without any of its
+    data."""
+    if depth > 16:
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.numel() == 0:
+            return value.clone()
+        if value.is_floating_point():
+            ref = value.detach().double()
+            spread = float(ref.std()) if value.numel() > 1 else 0.0
+            spread = spread if spread > 0 and spread == spread else 1.0
+            mean = float(ref.mean())
+            mean = mean if mean == mean and abs(mean) < 1e30 else 0.0
+            drawn = torch.randn(value.shape, generator=gen, dtype=torch.float64)
+            return (mean + spread * drawn).to(value.dtype)
+        if value.is_complex():
+            return torch.randn(value.shape, generator=gen, dtype=value.dtype)
+        lo, hi = int(value.min()), int(value.max())
+        return torch.randint(lo, hi + 1, value.shape, generator=gen, dtype=torch.int64
+                             ).to(value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_alike(v, gen, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return {k: _alike(v, gen, depth + 1) for k, v in value.items()}
+    return value
+
+
+def _tensors_of(req: dict) -> list:
+    return protocol.flat_tensors([req.get("args"), list((req.get("kwargs") or {}).values()),
+                                  list((req.get("state_dict") or {}).values())])
+
+
+def warmup_request(req: dict, warmup: tuple | str) -> dict:
+    """The warm-up of the measured request ``req`` (see ``StudentLab.measure``): "alike"
+    (its own arguments redrawn) or the positional arguments ``warmup``, with its keywords
+    and a module's weights redrawn (``_alike``) from a generator seeded afresh. Refuses (a
+    suite's bug) a warm-up that still holds one of the measured call's tensors."""
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    if isinstance(warmup, str):
+        if warmup != "alike":
+            raise ValueError(f"unknown warm-up {warmup!r}")
+        args = _alike(req["args"], gen)
+    else:
+        args = list(warmup)
+    first = {**req, "args": list(args), "kwargs": _alike(req["kwargs"], gen)}
+    if req.get("state_dict") is not None:
+        first["state_dict"] = _alike(req["state_dict"], gen)
+    measured = [t for t in _tensors_of(req) if t.dtype != torch.bool and t.numel() >= 16]
+    for t in _tensors_of(first):
+        if t.dtype == torch.bool or t.numel() < 16:
+            continue
+        if any(m.shape == t.shape and m.dtype == t.dtype and torch.equal(m, t)
+               for m in measured):
+            raise ValueError("a warm-up call must not be given the measured call's inputs")
+    return first
+
+
 def _check_args(values) -> None:
     """Fail early, in the test's own process, on a value the wire cannot carry."""
     for v in values:
@@ -824,13 +902,19 @@ class StudentLab:
         """``<lab>.<name>(*args, **kwargs)`` in the worker."""
         return self._request(protocol.call_request(name, args, kwargs, seed))
 
-    def measure(self, name, *args, seed: int = 0, warmup: tuple | None = None,
+    def measure(self, name, *args, seed: int = 0, warmup: tuple | str | None = None,
                 reference: bool = False, **kwargs) -> "Measurement":
         """``<lab>.<name>(*args, **kwargs)`` in a fresh worker of its own, measured by the
         grader from the kernel's accounting: the value, the peak memory above the inputs
-        (bytes) and the CPU time (s) of the call (``grader.sandbox.usage``). ``warmup``:
-        the positional arguments of a first, unmeasured call of the same function with the
-        same keywords (small inputs), so that one-time costs are not the call's.
+        (bytes), the CPU time (s) of the call (``grader.sandbox.usage``) and the memory its
+        warm-up left held (``kept_bytes``). ``warmup``: a first, unmeasured call of the same
+        function in the same worker, so that one-time costs are not the call's: "alike",
+        on inputs of the same shapes and kinds as the measured call's with other values
+        drawn by the grader (the same code path, nothing of the measured inputs); or a
+        tuple, the positional arguments of that call (the same keywords, drawn alike).
+        A module's warm-up runs on other weights of the same shapes (``_alike``): no
+        result the warm-up computes or caches is the measured call's. The warm-up runs
+        before the worker holds the measured inputs (``Session.measure``).
         ``name``: a function's name, or a module method (``ModuleHandle.measure``).
         ``reference=True``: the course's reference measured the same way, in a worker like
         the student's (the yardstick of a work test: the same machine, load and limits)."""
@@ -839,24 +923,28 @@ class StudentLab:
         _check_args(req["kwargs"].values())
         first = None
         if warmup is not None:
-            first = protocol.call_request(name, warmup, kwargs, seed)
+            first = warmup_request(req, warmup)
             _check_args(first["args"])
         value, used = self._session.measure(self.lab, req, first, reference=reference)
         return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
-                           other_processes=used.other_processes)
+                           other_processes=used.other_processes, kept_bytes=used.kept_bytes,
+                           inputs_bytes=used.inputs_bytes)
 
     def train(self, name: str, model_class: str, *args, seed: int = 0,
-              **kwargs) -> "Measurement":
-        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` and returns it
-        trained, run once per submission (every test asking the same gets the same reply):
-        ``value`` is the protocol's train reply (the weights before and after training,
-        the loss history), ``cpu_s`` the CPU time the call took (the kernel's figure)."""
-        req = protocol.train_request(name, model_class, args, kwargs, seed)
+              initial_state: dict | None = None, **kwargs) -> "Measurement":
+        """``<lab>.<name>(*args, **kwargs)``, which builds a ``model_class`` (starting from
+        the grader's ``initial_state``) and returns it trained, run once per submission
+        (every test asking the same gets the same reply): ``value`` is the protocol's train
+        reply (the returned weights, the loss history), ``cpu_s`` the CPU time the call
+        took (the kernel's figure)."""
+        req = protocol.train_request(name, model_class, args, kwargs, seed,
+                                     initial_state=initial_state)
         _check_args(req["args"])
         _check_args(req["kwargs"].values())
         value, used = self._session.train(self.lab, req)
         return Measurement(value=value, peak_bytes=used.peak_bytes, cpu_s=used.cpu_s,
-                           other_processes=used.other_processes)
+                           other_processes=used.other_processes, kept_bytes=used.kept_bytes,
+                           inputs_bytes=used.inputs_bytes)
 
     def module(self, class_name: str, *args, **kwargs) -> "ModuleHandle":
         """A handle on ``<lab>.<class_name>(*args, **kwargs)``, built afresh for every call."""
@@ -934,10 +1022,11 @@ class ModuleHandle:
     def __call__(self, *args, seed: int = 0, **kwargs):
         return self._lab._request(protocol.call_request(self._spec(), args, kwargs, seed))
 
-    def measure(self, name: str, *args, seed: int = 0, warmup: tuple | None = None,
+    def measure(self, name: str, *args, seed: int = 0, warmup: tuple | str | None = None,
                 reference: bool = False, **kwargs) -> "Measurement":
         """``module.<name>(*args, **kwargs)`` measured as ``StudentLab.measure`` measures a
-        function (the module is built in the measured call: its weights count)."""
+        function (the module is built in the measured call: its weights count; its warm-up
+        builds one of other weights)."""
         spec = {**self._spec(), "method": name}
         return self._lab.measure(spec, *args, seed=seed, warmup=warmup,
                                  reference=reference, **kwargs)

@@ -18,11 +18,13 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from grader import paths
 from grader.engine.plugin import GradingPlugin, lab_of
+from grader.engine.reference import use_solutions
 from grader.results import TestResult
 from grader.rubric import Rubric
 from grader.engine.student import Session
@@ -70,9 +72,12 @@ class SuiteRunner:
     """
 
     def __init__(self, *, rubric: Rubric, labs: list[str] | None = None,
-                 visibility: tuple[str, ...] = ("public", "hidden"), secret: bytes = b""):
+                 visibility: tuple[str, ...] = ("public", "hidden"), secret: bytes = b"",
+                 solutions: str | Path | None = None):
         """``secret``: the course secret that hidden tests' inputs derive from (none: the
-        test's name alone)."""
+        test's name alone); ``solutions``: the course's reference solutions, which suites
+        load by lab (``engine.reference``)."""
+        self.solutions = solutions
         self.rubric = rubric
         self.labs = list(labs or rubric.labs)
         self.visibility = tuple(visibility)
@@ -127,6 +132,7 @@ class SuiteRunner:
     # -- the pytest thread ----------------------------------------------------------------
     def _main(self) -> None:
         try:
+            use_solutions(self.solutions)
             self._exit = pytest.main(pytest_args(self.files), plugins=[self.plugin, self])
         except BaseException as exc:  # noqa: BLE001 - reported to the waiting caller
             self._exit = exc
@@ -150,6 +156,7 @@ class SuiteRunner:
             by_lab.setdefault(lab_of(item), []).append(item)
         while (job := self._jobs.get()) is not None:
             try:
+                use_solutions(self.solutions)
                 self.plugin.session = job.session
                 self.plugin.outcomes = []
                 items = [item for lab in job.labs for item in by_lab.get(lab, [])]

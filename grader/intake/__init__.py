@@ -66,8 +66,11 @@ def _find(root: Path, name: str) -> Path | None:
     return None
 
 
-def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
-    """Only the rubric's lab files cross into the scratch copy; everything else is ignored."""
+def sanitize(submission: Path, rubric: Rubric, labs: list[str], *,
+             solutions: Path | None = None) -> Sanitized:
+    """Only the rubric's lab files cross into the scratch copy; everything else is ignored.
+    ``solutions``: the course's reference solutions (a notebook's lab gets its reference's
+    top-level imports); None: none."""
     out = Sanitized()
     if not os.path.lexists(submission):
         raise SubmissionError(f"{submission}: no such file or folder")
@@ -110,7 +113,8 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str]) -> Sanitized:
                 continue
             try:
                 got = lab_source_from_notebook(nb_path, rel=rel, lab_file=spec.file,
-                                               forbidden=spec.forbidden)
+                                               forbidden=spec.forbidden,
+                                               solutions_dir=solutions)
             except NotebookError as exc:
                 out.problems[lab] = Problem(LabStatus.ERROR, str(exc))
                 continue

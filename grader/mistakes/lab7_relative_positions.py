@@ -64,9 +64,11 @@ def scores(q, k, q_positions, k_positions, base=10000.0, *, scaled=True, **switc
     return dots / math.sqrt(q.size(-1)) if scaled else dots
 
 
-def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, **rope_switches):
-    """The reference extrapolation_comparison with RoPE from ``scores`` above (its "rope"
-    entry is what a student's own rope_scores makes of it)."""
+def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, *, reverse=False, any_n=False,
+               **rope_switches):
+    """The reference extrapolation_comparison with RoPE from ``scores`` above and ALiBi's
+    slopes from ``slopes`` below (its "rope" and "alibi" entries, weights_past included, are
+    what a student's own rope_scores and alibi_slopes make of them)."""
     width, d_head = q.shape
     if width > train_len or offset + width <= train_len:
         raise ValueError("the window must fit in train_len and reach past it")
@@ -82,17 +84,18 @@ def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, **rope_switch
     def rotary(positions):
         return scores(q, k, positions, positions, base, **rope_switches)
 
-    alibi_slope = slopes(num_heads).to(q.dtype).view(-1, 1, 1)
+    alibi_slope = slopes(num_heads, reverse=reverse, any_n=any_n).to(q.dtype).view(-1, 1, 1)
 
     def alibi(positions):
         distance = (positions.unsqueeze(1) - positions.unsqueeze(0)).abs().to(q.dtype)
         return q @ k.T * scale - alibi_slope * distance
 
-    report = {"learned": {"raised": True, "max_weight_change": None}}
+    report = {"learned": {"raised": True, "max_weight_change": None, "weights_past": None}}
     for name, scores_at in (("sinusoidal", sinusoidal), ("rope", rotary), ("alibi", alibi)):
         before = torch.softmax(scores_at(inside), dim=-1)
         after = torch.softmax(scores_at(inside + offset), dim=-1)
-        report[name] = {"raised": False, "max_weight_change": float((after - before).abs().max())}
+        report[name] = {"raised": False, "max_weight_change": float((after - before).abs().max()),
+                        "weights_past": after}
     return {name: report[name] for name in ("sinusoidal", "learned", "rope", "alibi")}
 
 
@@ -135,7 +138,8 @@ def mistakes():
         rope_scores (rope_frequencies right), or only in rope_frequencies (the angles
         computed right elsewhere)."""
         wrong_rope = {"apply_rope": functools.partial(rope, **switches),
-                      "rope_scores": functools.partial(scores, **switches)}
+                      "rope_scores": functools.partial(scores, **switches),
+                      "extrapolation_comparison": functools.partial(comparison, **switches)}
         variants = [impl(**wrong_rope)]
         if "exponent" in switches:
             wrong_freq = {"rope_frequencies": functools.partial(frequencies,
@@ -144,9 +148,10 @@ def mistakes():
         return variants
 
     def alibi_variants(**switches):
-        """The mistake in alibi_slopes and so in alibi_bias, in alibi_slopes only, or in
-        alibi_bias only."""
-        wrong_slopes = {"alibi_slopes": functools.partial(slopes, **switches)}
+        """The mistake in alibi_slopes and so in alibi_bias (and the comparison's ALiBi), in
+        alibi_slopes only (and the comparison's ALiBi, which calls it), or in alibi_bias only."""
+        wrong_slopes = {"alibi_slopes": functools.partial(slopes, **switches),
+                        "extrapolation_comparison": functools.partial(comparison, **switches)}
         wrong_bias = {"alibi_bias": functools.partial(bias, **switches)}
         return [impl(**wrong_slopes, **wrong_bias), impl(**wrong_slopes), impl(**wrong_bias)]
 
@@ -183,7 +188,9 @@ def mistakes():
         Replay(id="rope_scores_unscaled", name="RoPE scores not scaled",
                hint="rope_scores is a scaled dot product like lab 1's: divide the rotated "
                     "q_rot @ k_rot^T by sqrt(d_head) (math.sqrt(q.size(-1)))",
-               variants=[impl(rope_scores=functools.partial(scores, scaled=False))]),
+               variants=[impl(rope_scores=functools.partial(scores, scaled=False),
+                              extrapolation_comparison=functools.partial(comparison,
+                                                                         scaled=False))]),
         Replay(id="rope_frequencies_exponent", name="RoPE frequencies with the wrong exponent",
                hint="theta_i = base ** (-2i / d_head) for pair i = 0 .. d_head/2 - 1: the "
                     "exponent is the even feature index 2i (torch.arange(0, d_head, 2)) over "

@@ -24,7 +24,9 @@ _private = False
 
 def use_output_mode(mode: str) -> None:
     """``"private"``: files written from now on are 0600; ``"group"`` (default): 0666 less
-    the umask. Set by the Grader and the batch from the rubric's ``output_mode``."""
+    the umask. Set once per process by its entry, from its ``Course``'s output mode (the
+    command line, a batch and each of its grading processes, the Gradescope runner); a
+    Grader sets nothing."""
     global _private
     if mode not in ("group", "private"):
         raise ValueError(f"output mode must be 'group' or 'private', not {mode!r}")

@@ -56,7 +56,7 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
             cause = cause_of(t, causes)
             diagnosis = cause.reference() if cause else (
                 f"Diagnosis: {t.diagnosis}" if t.diagnosis else "")
-            why = "" if t.passed else "\n".join(x for x in (t.message, diagnosis) if x)
+            why = t.message if t.passed else "\n".join(x for x in (t.message, diagnosis) if x)
             name = t.name + (" (hidden)" if t.visibility == "hidden" else "")
             table.add_row(name, mark, f"{t.score:g}/{t.max_score:g}", escape(why))
         console.print(table)

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from grader.errors import SandboxError
 from grader.sandbox.jail import MODES
-from grader.secret import secret_path
 
 if TYPE_CHECKING:     # channel needs torch (the wire): imported when a worker is spawned
     from grader.sandbox.channel import Worker
@@ -77,12 +76,10 @@ def read_only_paths() -> list[str]:
 
 def hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Secret paths to cover if they fall inside a bound tree: the grader package (with its
-    hidden suites), the course's solutions, rubric and examples, and ``extra``."""
-    from grader import paths
-
+    hidden suites) and ``extra`` (the course's solutions, rubric, examples and secret:
+    ``Course.private_paths``, which the Grader passes as ``Zygote.hide``)."""
     out = []
-    for p in [Path(__file__).resolve().parent.parent, paths.SOLUTIONS, paths.RUBRIC,
-              paths.EXAMPLES, secret_path(), *extra]:
+    for p in [Path(__file__).resolve().parent.parent, *extra]:
         real = str(Path(p).resolve())
         if real not in out and real != "/":
             out.append(real)

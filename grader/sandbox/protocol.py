@@ -12,10 +12,9 @@ A request is a dict that ``wire.encode`` carries as it is. The builders give eac
 keys in the order the grader has always sent them: call plans compare encoded frames byte
 for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
 
-  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "stage"
-                | "run_staged" | "reference_call" (a reference worker only, see "Callbacks")
+  op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "prepare"
+                | "reference_call" (a reference worker only, see "Callbacks")
   names         probe only: list[str], names the lab module must define
-  request       stage only: a call or grad request, held (inputs read) until "run_staged"
   target        str: the function or class of the lab module to run
   args          list: positional arguments (tensors, numbers, str, None, and lists,
                 tuples and str-keyed dicts of these); [] for state_dict and buffer
@@ -37,11 +36,16 @@ for byte. The fields (shapes are those of the tests' tensors; any dtype the wire
   name          buffer only: str, the buffer's name in ``module.named_buffers()``
   model_class   train only: str, the lab's nn.Module class that ``target`` (a function,
                 e.g. "train") builds and returns trained (e.g. "Seq2SeqTransformer")
+  initial_state train only: dict[str, Tensor] | None, the grader's initial weights: every
+                ``model_class`` built while ``target`` runs starts from them (its
+                ``__init__`` runs, then they are copied in, when names and shapes agree)
 
 Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an exception):
 
   probe       list[str]: the names the lab module lacks (answered by the worker itself)
-  stage       None (answered by the worker itself); run_staged: the held request's reply
+  prepare     None (answered by the worker itself, before the lab is imported: the
+              libraries the lab file names are imported, large allocations mapped on their
+              own; a measured worker's first request)
   call        the return value, made plain (``plain``)
   grad        {"output": the plain return value,
                "input_grads": tuple, one per positional argument: for a floating tensor its
@@ -52,9 +56,9 @@ Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an e
   state_dict  dict[str, Tensor]: the built module's state dict
   buffer      Tensor: the built module's buffer ``name``
   train       {"state_dict": dict[str, Tensor], the returned model's state dict,
-               "initial": dict[str, Tensor] | None, the same model's state dict just before
-                 it first learnt (its first forward with gradients on, or the first
-                 optimizer step, whichever came first), None if neither happened,
+               "pad_probe": {"pad_positions": int, "pad_grad": float, "real_grad": float}
+                 | None, the largest |d loss / d logit| of the first training step whose
+                 decoder read PAD, at those positions and elsewhere (``GivenStart``),
                "loss_history": list[float] | None, the model's optional ``loss_history``
                  attribute (at most MAX_LOSS_HISTORY numbers; None if absent or not numbers)}
               Refused (the student's fault) past MAX_TRAINED_NUMBERS numbers. Never
@@ -90,7 +94,7 @@ cap on bytes relayed. It relays the tensors' bytes as they came (a frame's heade
 rewritten, its payload never rebuilt into tensors), and reads no further frame from a
 student worker until its last reply has been sent (one reply held at a time). There is no
 count of calls; the reference worker's time is the calling test's (same deadline) and its
-CPU time is added to a training's; a measured call (``stage``/``run_staged``) has
+CPU time is added to a training's; a measured call (``Session.measure``) has
 reference workers of its own, whose CPU time and memory in its window are the call's.
 
 Imported by path in the zygote and the worker (``import protocol``), and as
@@ -160,23 +164,23 @@ def grad_request(target, args, kwargs: dict, grad_outputs, seed: int = 0) -> dic
     return req
 
 
-def train_request(target: str, model_class: str, args, kwargs: dict, seed: int = 0) -> dict:
+def train_request(target: str, model_class: str, args, kwargs: dict, seed: int = 0,
+                  initial_state: dict | None = None) -> dict:
     """``target(*args, **kwargs)`` (e.g. ``train(seed, budget_s=30.0)``), which builds a
-    ``model_class`` and returns it trained: the reply is its weights, not the module."""
+    ``model_class`` and returns it trained: the reply is its weights, not the module.
+    ``initial_state``: the grader's initial weights, which every ``model_class`` built
+    during the call starts from (``GivenStart``)."""
     return {"op": TRAIN, "target": target, "model_class": model_class, "args": list(args),
-            "kwargs": dict(kwargs), "seed": seed}
+            "kwargs": dict(kwargs), "seed": seed, "initial_state": initial_state}
 
 
-def stage_request(req: dict) -> dict:
-    """Hold ``req`` (a call or grad request) in the worker, its inputs read, without running
-    it: the grader then resets the worker's memory high-water mark and sends
-    ``run_staged_request``, so what the call uses is measured above its inputs."""
-    return {"op": "stage", "request": req}
-
-
-def run_staged_request() -> dict:
-    """Run the request the last ``stage_request`` held; its reply is that request's."""
-    return {"op": "run_staged"}
+def prepare_request() -> dict:
+    """A measured worker's first request, before the lab is imported: the worker imports
+    the libraries the lab file names and maps every large allocation on its own, so that
+    the grader's baseline holds them and a measured call's peak is what it held at once.
+    The measured call's inputs are sent later, inside the measurement (``Session.measure``):
+    no code in the worker sees them before the grader starts measuring."""
+    return {"op": "prepare"}
 
 
 def callback_request(lab: str, target: str, args, kwargs: dict, seed: int,
@@ -293,98 +297,112 @@ def answer(resolve, req: dict, owner: str):
     return _grad(fn, module, args, kwargs, req["grad_outputs"])
 
 
-class TrainingWatch:
-    """Watches the models of class ``cls`` built while it is installed, and keeps each one's
-    state dict from just before it first learns: its first forward (of the model or of any
-    of its submodules) with gradients on, or the first optimizer step, whichever comes
-    first. A model re-initialised after construction is seen as re-initialised."""
+class GivenStart:
+    """While installed, every model of class ``cls`` built (a subclass's too) starts from
+    ``state``, the grader's initial weights: the class's ``__init__`` is wrapped and, once
+    it has run, ``state`` is copied into the model's parameters and buffers. Only when every
+    name and shape agrees: a model of other sizes keeps its own weights (and does not load
+    into the contract's model anyway). The grader judges the returned weights against the
+    ``state`` it drew, so nothing the worker reports about the start is needed."""
 
-    def __init__(self, cls):
-        self.cls = cls
-        self.models: list = []              # (model, [hook handles]) in build order
-        self.initial: dict[int, dict] = {}  # id(model) -> its state dict before learning
+    PROBE_TRIES = 20            # training forwards watched for a batch with PAD positions
 
-    def built(self, model) -> None:
-        handles = [m.register_forward_pre_hook(self._forward_hook(model))
-                   for m in model.modules()]
-        self.models.append((model, handles))
+    def __init__(self, cls, state: dict):
+        self.cls, self.state = cls, state
+        self.built = 0              # models given the start
+        # What the loss's gradient reaches (``pad_probe``): the first training step whose
+        # decoder read PAD tokens, seen through the given tgt_emb (tokens in) and out
+        # (logits) modules: the largest |d loss / d logit| where the decoder read PAD (the
+        # target is PAD there, whatever the shift) and elsewhere.
+        self.pad_probe: dict | None = None
+        self._tries = 0
 
-    def _forward_hook(self, model):
-        def hook(_module, _args):
-            if torch.is_grad_enabled():
-                self._snapshot(model)
-        return hook
-
-    def _snapshot(self, model) -> None:
-        if id(model) in self.initial:
+    def _start(self, model) -> None:
+        own = torch.nn.Module.state_dict(model)      # the base class's: an override may lie
+        if set(own) != set(self.state) or any(
+                not isinstance(self.state[k], torch.Tensor) or own[k].shape != self.state[k].shape
+                for k in own):
             return
-        # The base class's method: a model whose own state_dict() lies is read as it is.
-        self.initial[id(model)] = {k: v.detach().clone()
-                                   for k, v in torch.nn.Module.state_dict(model).items()}
-        for m, handles in self.models:
-            if m is model:
-                for handle in handles:
-                    handle.remove()
+        with torch.no_grad():
+            for name, tensor in own.items():
+                tensor.copy_(self.state[name])
+        self.built += 1
+        self._watch_loss(model)
 
-    def _optimizer_step(self, _optimizer, _args, _kwargs):
-        for model, _ in self.models:
-            self._snapshot(model)
+    def _watch_loss(self, model) -> None:
+        emb, out = getattr(model, "tgt_emb", None), getattr(model, "out", None)
+        if not (isinstance(emb, torch.nn.Module) and isinstance(out, torch.nn.Module)):
+            return
+        read: list = []
+        handles: list = []
 
-    def initial_of(self, model) -> dict | None:
-        """The returned model's weights before it learnt; for a model never built under the
-        watch (a copy.deepcopy of the best one so far, say), those of the first watched
-        model that learnt: the evidence checks then judge how the returned weights relate
-        to that model's start."""
-        if any(m is model for m, _ in self.models):
-            return self.initial.get(id(model))
-        for m, _ in self.models:
-            if id(m) in self.initial:
-                return self.initial[id(m)]
-        return None
+        def tokens_in(_module, args):
+            if torch.is_grad_enabled() and args and isinstance(args[0], torch.Tensor):
+                read[:] = [args[0].detach().clone()]
+
+        def logits_out(_module, _args, logits):
+            if not (torch.is_grad_enabled() and read and isinstance(logits, torch.Tensor)
+                    and logits.requires_grad and logits.dim() == 3
+                    and logits.shape[:2] == read[0].shape):
+                return
+            tokens = read[0]
+            pad = tokens == 12
+            if self.pad_probe is not None or not bool(pad.any()) or bool(pad.all()):
+                self._tries += 1
+                if self.pad_probe is not None or self._tries >= self.PROBE_TRIES:
+                    for handle in handles:
+                        handle.remove()
+                return
+
+            def gradient(grad):
+                size = grad.detach().abs().amax(dim=-1)
+                self.pad_probe = {"pad_positions": int(pad.sum()),
+                                  "pad_grad": float(size[pad].max()),
+                                  "real_grad": float(size[~pad].max())}
+            logits.register_hook(gradient)
+
+        handles += [emb.register_forward_pre_hook(tokens_in),
+                    out.register_forward_hook(logits_out)]
 
     @contextlib.contextmanager
     def installed(self):
-        """While inside: every ``cls(...)`` built is watched (its ``__init__`` wrapped,
-        restored on the way out) and optimizer steps are seen."""
-        cls, watch = self.cls, self
+        """While inside: every ``cls(...)`` built starts from ``state`` (``__init__``
+        wrapped, restored on the way out)."""
+        cls, given = self.cls, self
         saved = cls.__dict__.get("__init__")
         original = cls.__init__
 
         @functools.wraps(original)
         def init(module, *args, **kwargs):
             original(module, *args, **kwargs)
-            # A subclass's model too (its __init__ calls this one); each model once.
-            if isinstance(module, cls) and not any(m is module for m, _ in watch.models):
-                watch.built(module)
-
-        # torch.optim deletes its submodules' names: import the function itself.
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
+            # Once the class's own __init__ is done; a subclass's code after super().__init__()
+            # runs after this (re-initialising there discards the grader's start).
+            if isinstance(module, cls):
+                given._start(module)
 
         cls.__init__ = init
-        step_hook = register_optimizer_step_pre_hook(self._optimizer_step)
         try:
             yield self
         finally:
-            step_hook.remove()
             if saved is None:
                 del cls.__init__
             else:
                 cls.__init__ = saved
-            for _, handles in self.models:
-                for handle in handles:
-                    handle.remove()
 
 
 def _train(resolve, req: dict, owner: str) -> dict:
-    """The "train" reply: call ``target``, then send back the weights of the model it
-    returned, from before and after its training (see ``TrainingWatch``)."""
+    """The "train" reply: call ``target`` with ``model_class`` built from the request's
+    ``initial_state`` (see ``GivenStart``), then send back the weights of the model it
+    returned."""
     fn, cls = resolve(req["target"]), resolve(req["model_class"])
     if fn is None:
         raise AttributeError(f"{owner} has no {req['target']}")
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         raise AttributeError(f"{owner} has no nn.Module class {req['model_class']}")
     _seed(req.get("seed", 0))
-    with TrainingWatch(cls).installed() as watch:
+    start = req.get("initial_state")
+    given = GivenStart(cls, start) if isinstance(start, dict) else None
+    with given.installed() if given is not None else contextlib.nullcontext():
         model = fn(*list(req["args"]), **dict(req["kwargs"]))
     if not isinstance(model, cls):
         raise TypeError(f"{req['target']} returned a {type(model).__name__}, not the "
@@ -394,8 +412,9 @@ def _train(resolve, req: dict, owner: str) -> dict:
     if numbers > MAX_TRAINED_NUMBERS:
         raise ValueError(f"the trained model holds {numbers} numbers, more than the "
                          f"{MAX_TRAINED_NUMBERS} a {req['model_class']} of the contract can")
-    return {"state_dict": plain(state), "initial": plain(watch.initial_of(model)),
-            "loss_history": _loss_history(getattr(model, "loss_history", None))}
+    return {"state_dict": plain(state),
+            "loss_history": _loss_history(getattr(model, "loss_history", None)),
+            "pad_probe": given.pad_probe if given is not None else None}
 
 
 def _loss_history(value) -> list | None:

@@ -8,8 +8,9 @@ call.
 - memory, where the platform has a memory cgroup (``grader.sandbox.memcg``): the peak of a
   fresh cgroup the worker is moved into just before the call, which counts only the pages the
   call itself faults in, so nothing the call drops (library pages, ``munmap``) lowers it.
-  ``charged`` adds what the lab's import left held and what its warm-up call kept beyond
-  ``WARMUP_ALLOWANCE`` (see there).
+  ``charged`` adds what the lab's import left held and takes off the inputs' bytes; what
+  the warm-up call kept is reported apart (``kept_bytes``), and each memory test forgives
+  only part of it (``warmup_allowance``).
 - memory elsewhere (the fallback): the resident set's high-water mark (``VmHWM``). Before a measured call the grader
   resets it to the current resident size (writing 5 to ``/proc/<pid>/clear_refs``; the
   worker's own ``/proc`` is mounted read-only, so student code cannot reset it again during
@@ -50,6 +51,8 @@ class Measured:
     peak_bytes: int
     cpu_s: float
     other_processes: bool
+    kept_bytes: int = 0     # held after the warm-up call beyond the lab's import (see charged)
+    inputs_bytes: int = 0   # the measured call's inputs (its request's tensors), taken off
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -124,19 +127,30 @@ def reset_peak(pid: int) -> bool:
 
 
 MIB = 1 << 20
-# What a function's first call may leave held without charge: one-time costs of the
-# libraries it uses (torch.broadcast_shapes' first call imports sympy and torch's symbolic
-# shapes: +35 MB, measured). Below the smallest thing a resource test looks for (a 64 MB
-# (4096, 4096) float32 score matrix), so an arena kept from the first call cannot hold it.
+# The most memory kept from the warm-up call that any memory test forgives: one-time costs
+# of the libraries a function uses that the zygote has not already paid (it pays the known
+# big one: torch.broadcast_shapes' first call imports sympy, +35 MB). Each test forgives
+# less: ``warmup_allowance``.
 WARMUP_ALLOWANCE = 48 * MIB
 
 
-def charged(*, imported: int, kept_by_warmup: int, call_peak: int) -> int:
-    """The bytes a measured call is charged: what the lab's own import left held (an arena
-    the call reuses is the call's), what its warm-up call kept beyond the allowance, and the
-    call's own peak above what was held before it."""
-    return (max(0, imported) + max(0, kept_by_warmup - WARMUP_ALLOWANCE)
-            + max(0, call_peak))
+def warmup_allowance(looks_for: float, limit: float) -> int:
+    """The memory kept from the warm-up that a memory test forgives, in proportion to what
+    it looks for: half the margin between the smallest thing it looks for (``looks_for``
+    bytes: a (64, 65536) score block, 16 MiB) and its limit (``limit`` bytes), at most
+    ``WARMUP_ALLOWANCE``. A scratch buffer kept from the warm-up and reused by the measured
+    call then hides at most that much: what the test looks for still shows above the limit
+    (8 MiB budget, 16 MiB block: 4 MiB forgiven). 0 where the thing is no larger than the
+    limit."""
+    return int(max(0.0, min(WARMUP_ALLOWANCE, (looks_for - limit) / 2)))
+
+
+def charged(*, imported: int, call_peak: int, inputs: int) -> int:
+    """The bytes a measured call is charged, before what it kept from its warm-up (see
+    ``warmup_allowance``): what the lab's own import left held (an arena the call reuses is
+    the call's) and the peak of the call's window, which opens before its inputs are sent
+    (receiving them is in it), less the inputs' own bytes, computed by the grader."""
+    return max(0, imported) + max(0, call_peak - inputs)
 
 
 def measured(before: Usage, after: Usage, *, children_alive: bool) -> Measured:

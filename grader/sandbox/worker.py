@@ -277,7 +277,6 @@ class Server:
         self.import_error = None
         self.queued: list = []          # requests read while waiting for a callback reply
         self.seq = 0                    # requests taken so far; each reply carries its number
-        self.staged = None              # a request held by "stage" until "run_staged"
         self.mapped = False             # jail.map_large_allocations() done
         self.answer_cpu_ns = None       # a reference call's own CPU time (see handle)
 
@@ -348,13 +347,9 @@ class Server:
             forbidden._state["violations"].extend(kept)
 
     def handle(self, req: dict):
-        if req["op"] == "stage":  # inputs read now; the grader measures the run from here
-            # Before the lab is imported: no student code has run in this worker yet, so
-            # nothing it touched (an arena faulted in at import, say) is in the baseline.
-            held = req.get("request")
-            if not isinstance(held, dict) or held.get("op") not in ("call", "grad"):
-                raise ValueError("only a call or grad request can be staged")
-            self.staged = held
+        if req["op"] == "prepare":  # a measured worker, before the lab is imported
+            # No student code has run in this worker yet, so nothing it touched (an arena
+            # faulted in at import, say) is in the baseline the grader reads after this.
             self.import_libraries()             # their memory is not the lab's (see there)
             jail.map_large_allocations()        # resident peak == memory held (see there)
             jail.populate_mapped_files()        # library pages into the baseline (see there)
@@ -379,10 +374,6 @@ class Server:
             return value
         if req["op"] == "probe":  # the names the contract requires that the module lacks
             return [str(n) for n in req.get("names", []) if not hasattr(module, str(n))]
-        if req["op"] == "run_staged":
-            req, self.staged = self.staged, None
-            if req is None:
-                raise ValueError("no request is staged")
         return protocol.answer(lambda name: getattr(module, name, None), req, f"{self.lab}.py")
 
     def serve(self):
@@ -410,7 +401,12 @@ class Server:
                 frame = wire.encode({"error": describe_exception(exc, self.folder),
                                      "stdout": reply["stdout"],
                                      "forbidden": reply["forbidden"], "seq": self.seq})
+            # Nothing of this request is held once its reply is out (the grader reads a
+            # measured worker's memory as soon as the reply arrives): a warm-up call leaves
+            # held only what the lab's code kept, never its own inputs.
+            req = reply = None
             self.sock.sendall(frame)
+            frame = None
 
 
 class _ImportFailed(Exception):

@@ -122,6 +122,10 @@ def warm_up() -> None:
         list(layers.named_parameters()), list(layers.named_buffers())   # as grad/buffer ops do
         torch.default_generator.manual_seed(0)
         wire.encode({"ok": (out.detach(), {"w": weights.detach()}, [1, 2.0])})
+    # torch.broadcast_shapes' first call in a process imports sympy and torch's symbolic
+    # shapes (+35 MB, ~0.35 s once here): a library's one-time cost, paid here so that no
+    # worker pays it (a measured call forgives only a few MB kept by its warm-up).
+    torch.broadcast_shapes((2, 1), (1, 3))
     _warm_request_loop()
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grader.engine.compare import assert_true
+from grader.engine.compare import assert_close, assert_true
 from grader.engine.memo import memoized
 from grader.suites._snapshot import reference
 
@@ -562,20 +562,22 @@ def sinusoidal_at64(positions, d_model, base=10000.0):
     return torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).flatten(-2)
 
 
-def weight_change64(scores_at, width, offset):
-    """max |softmax(scores_at(past)) - softmax(scores_at(inside))| over every entry."""
+def weights_at_both64(scores_at, width, offset):
+    """(max |softmax(scores_at(past)) - softmax(scores_at(inside))| over every entry, a
+    float; softmax(scores_at(past)), the weights past the training length)."""
     inside = torch.arange(width)
     before = torch.softmax(scores_at(inside), dim=-1)
     after = torch.softmax(scores_at(inside + offset), dim=-1)
-    return float((after - before).abs().max())
+    return float((after - before).abs().max()), after
 
 
 @reference  # the labs' answers: a release has stored values instead
 @memoized  # the same for every submission: computed once per grading process
 def extrapolation_reference(q, k, offset, num_heads=4, base=10000.0):
-    """The max_weight_change extrapolation_comparison should report for "sinusoidal",
-    "rope" and "alibi", in that order: a tuple of floats (float64, from the grader's own
-    RoPE, ALiBi and sinusoidal code)."""
+    """What extrapolation_comparison should report for "sinusoidal", "rope" and "alibi", in
+    that order: a tuple of (max_weight_change, weights_past), a float and the float64 weights
+    of the placement past the training length ((W, W); (num_heads, W, W) for ALiBi), from
+    the grader's own RoPE, ALiBi and sinusoidal code."""
     q64, k64 = q.double(), k.double()
     width, d_head = q.size(0), q.size(1)
     scale = d_head ** -0.5
@@ -591,25 +593,29 @@ def extrapolation_reference(q, k, offset, num_heads=4, base=10000.0):
         distance = (pos[:, None] - pos[None, :]).abs().to(torch.float64)
         return q64 @ k64.T * scale - slopes64(num_heads)[:, None, None] * distance
 
-    return tuple(weight_change64(fn, width, offset) for fn in (sinusoidal, rope, alibi))
+    return tuple(weights_at_both64(fn, width, offset) for fn in (sinusoidal, rope, alibi))
 
 
 def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
     """The extension's report: its layout, the learned table raising, RoPE and ALiBi not
-    moving, the sinusoidal change as the grader computes it (messages without values)."""
+    moving, the changes and the weights past train_len as the grader computes them on its
+    own q, k and offset (so no typed-in constant answers; messages without values)."""
     what = f"extrapolation_comparison(q, k, train_len={train_len}, offset={offset})"
     schemes = ("sinusoidal", "learned", "rope", "alibi")
+    keys = ("raised", "max_weight_change", "weights_past")
     assert_true(isinstance(got, dict) and set(got) == set(schemes),
                 f"{what} must return a dict with the keys {', '.join(schemes)}")
     for name in schemes:
         entry = got[name]
-        assert_true(isinstance(entry, dict) and set(entry) == {"raised", "max_weight_change"},
-                    f"{what}[{name!r}] must be a dict with the keys 'raised' and "
-                    "'max_weight_change'")
+        assert_true(isinstance(entry, dict) and set(entry) == set(keys),
+                    f"{what}[{name!r}] must be a dict with the keys 'raised', "
+                    "'max_weight_change' and 'weights_past'")
         assert_true(isinstance(entry["raised"], bool), f"{what}[{name!r}]['raised'] must be a bool")
-    assert_true(got["learned"]["raised"] is True and got["learned"]["max_weight_change"] is None,
+    assert_true(got["learned"]["raised"] is True and got["learned"]["max_weight_change"] is None
+                and got["learned"]["weights_past"] is None,
                 f"{what}['learned']: a table of train_len rows has no row for a position past "
-                "train_len: the lookup must raise (raised True, max_weight_change None)")
+                "train_len: the lookup must raise (raised True, max_weight_change None, "
+                "weights_past None)")
     expected = dict(zip(("sinusoidal", "rope", "alibi"), extrapolation_reference(q, k, offset, num_heads),
                         strict=True))
     for name in ("sinusoidal", "rope", "alibi"):
@@ -617,6 +623,7 @@ def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
         assert_true(got[name]["raised"] is False and isinstance(change, float),
                     f"{what}[{name!r}] is defined at every position: raised False and a Python "
                     "float max_weight_change")
+        expected_change, expected_weights = expected[name]
         if name in ("rope", "alibi"):
             assert_true(abs(change) <= tol.atol,
                         f"{what}[{name!r}]['max_weight_change'] is {change}: under {name} the "
@@ -625,13 +632,17 @@ def check_extrapolation_report(got, q, k, train_len, offset, num_heads, tol):
                         hidden=f"{what}[{name!r}]['max_weight_change'] is not (nearly) 0: under "
                                f"{name} the scores depend on positions only through their "
                                "differences, which are the same at both placements")
-        assert_true(abs(change - expected[name]) <= tol.atol + tol.rtol * abs(expected[name]),
+        assert_true(abs(change - expected_change) <= tol.atol + tol.rtol * abs(expected_change),
                     f"{what}[{name!r}]['max_weight_change'] is {change}, expected "
-                    f"{expected[name]} (the largest change of any attention weight between "
+                    f"{expected_change} (the largest change of any attention weight between "
                     "the two placements)",
                     hidden=f"{what}[{name!r}]['max_weight_change'] is not the largest change of "
                            "any attention weight between the two placements")
-
+        # the evidence: the weights themselves, on the grader's q, k and offset
+        shape = ("head", "query", "key") if name == "alibi" else ("query", "key")
+        assert_close(got[name]["weights_past"], expected_weights.to(q.dtype), tol=tol,
+                     name=f"{what}[{name!r}]['weights_past'] (the softmax weights of the "
+                          "placement past train_len)", axes=shape)
 
 
 # ------------------------------------------------------------------------------ lab 8
@@ -743,6 +754,20 @@ def seq2seq_forward_reference(sd, src, tgt_in, cfg=LAB8_CFG):
 def seq2seq_greedy_reference(sd, src, max_new_tokens, cfg=LAB8_CFG):
     with torch.no_grad():
         return seq2seq64(sd, cfg).greedy_decode(src, max_new_tokens)
+
+
+def same_decoding(got, expected, max_new_tokens: int) -> bool:
+    """Whether ``got`` decodes as ``expected`` (the reference's greedy_decode, which stops
+    once every row has its EOS) under the contract's "(B, <= 1 + max_new_tokens) ...
+    stopping per row at EOS (PAD after it)": the same tokens, then (if wider) only PAD,
+    at most 1 + max_new_tokens wide. A decode that runs on to full width passes; one that
+    writes anything but PAD after a row's EOS does not."""
+    if not (isinstance(got, torch.Tensor) and got.dtype == torch.long and got.dim() == 2
+            and got.size(0) == expected.size(0)
+            and expected.size(1) <= got.size(1) <= 1 + max_new_tokens):
+        return False
+    width = expected.size(1)
+    return bool((got[:, :width] == expected).all()) and bool((got[:, width:] == 12).all())
 
 
 @reference  # the labs' answers: a release has stored values instead

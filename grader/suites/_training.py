@@ -1,24 +1,31 @@
 """Lab 8's outcome grading, on the trusted side: what a trained model achieves, and whether
-it was trained.
+it was trained from the start the grader gave it.
 
-``train(seed, budget_s)`` runs once per submission in a sandbox worker (``student.train``);
-only weights come back (protocol "train": the state dict it returned, the one from just
-before it first learnt, its optional loss history). Everything here runs the *reference*
-``Seq2SeqTransformer`` (solutions/lab8_train_transformer.py) on those weights, loaded
-strictly, on sequences the grader draws itself. Nothing the student's code computed is
-trusted beyond the weights.
+``train(seed, budget_s)`` runs once per submission in a sandbox worker (``student.train``).
+The start of that training is the grader's: it draws initial weights here (``start_state``:
+the reference ``Seq2SeqTransformer()``'s own default initialisation, seeded from the course
+secret and the lab file, so unknown before grading), sends them with the request, and every
+``Seq2SeqTransformer`` built in the worker during train() starts from them (the given
+``__init__`` runs, then they are copied in: protocol ``GivenStart``). Only weights come back
+(the returned state dict, the optional loss history). Everything here runs the *reference*
+``Seq2SeqTransformer`` (solutions/lab8_train_transformer.py) on them, loaded strictly, on
+sequences the grader draws itself. Nothing the student's process says about itself is
+evidence.
 
-Evidence of training (docs/security.md, "Lab 8"): weights set by hand can reverse digits
-exactly, so the outcome points also need
+Evidence of training (docs/security.md, "Lab 8"): weights set by hand, or trained elsewhere
+and shipped in the file, can reverse digits exactly, so the outcome points also need the
+returned weights to be
 
-1. a snapshot before learning: the worker saw the model's first forward with gradients on
-   (or first optimizer step) and kept its weights then;
-2. that snapshot near chance: its teacher-forced loss on held-out sequences at least
-   ``INITIAL_LOSS_MIN`` nats per token (chance, uniform over 13 tokens, is ln 13 ~ 2.56);
-3. the returned weights far better: their loss at most ``LOSS_DROP`` times the initial one;
-4. the returned weights reached from the snapshot by small steps: the median, over the
-   2-D weight matrices, of the correlation between a matrix before and after training is
-   at least ``CORRELATION_MIN`` (independent matrices give ~0, the reference's ~0.9).
+1. trained: their teacher-forced loss on held-out sequences at most ``LOSS_DROP`` times that
+   of the grader's start (near chance, ln 13 ~ 2.56, by construction; a trained model:
+   0.001-0.1, the reference 0.001);
+2. attributable to the grader's start: the median, over the 2-D weight matrices, of the
+   correlation between the grader's initial matrix and the returned one is at least
+   ``CORRELATION_MIN``. Training takes small steps and keeps much of the random start in
+   every matrix (the reference: 0.90); weights learnt from any other start are
+   independent of this one (median 0.00, bench). Mixing the grader's start into weights
+   learnt elsewhere buys the correlation only by breaking the model: 0.35 x the start
+   gives a median of 0.31 at a loss of 0.84, 0.5 x gives 0.42 at 1.63 (docs/security.md).
 """
 
 from __future__ import annotations
@@ -41,9 +48,9 @@ from grader.suites._inputs import LAB8_CFG, digit_sources, seq2seq_weights, targ
 TRAIN_SEED = 8              # the seed every outcome test passes: one training per submission
 LONGER_LENGTHS = (9, 31)    # up to max_len - 1: reported, not scored
 CHANCE_LOSS = math.log(13)
-INITIAL_LOSS_MIN = 1.5      # nats per token; the reference's snapshots: 2.6-2.8 (bench)
-LOSS_DROP = 0.5             # the trained loss must be at most half the initial one
-CORRELATION_MIN = 0.2       # median per-matrix correlation; the reference's: ~0.9 (bench)
+LOSS_DROP = 0.25            # the trained loss: at most a quarter of the start's (module doc)
+CORRELATION_MIN = 0.4       # median per-matrix correlation with the grader's start (module doc)
+HIDDEN_TIERS = (0.5, 0.8, 0.95)     # exact-match fractions of the hidden outcome tests
 
 
 @memoized  # the tiers share one evaluation of a submission's weights
@@ -84,54 +91,139 @@ def weight_correlations(initial: dict, final: dict) -> dict[str, float]:
     return out
 
 
+D_MODEL, D_FF, LAYERS, VOCAB = 64, 128, 2, 13      # the contract's default sizes
+
+
+def _start_layout() -> list[tuple[str, str, tuple[int, ...]]]:
+    """(name, kind, shape) of every tensor of the default Seq2SeqTransformer()'s state dict,
+    in its order; kind: "embedding", "linear" (weight, bias: fan-in = shape[-1] of the
+    weight) or "norm" (LayerNorm weight, bias)."""
+    out = [("src_emb.weight", "embedding", (VOCAB, D_MODEL)),
+           ("tgt_emb.weight", "embedding", (VOCAB, D_MODEL))]
+
+    def linear(prefix, n_in, n_out):
+        out.extend([(f"{prefix}.weight", "linear", (n_out, n_in)),
+                    (f"{prefix}.bias", "linear", (n_out, n_in))])
+
+    def norm(prefix):
+        out.extend([(f"{prefix}.weight", "norm", (D_MODEL,)), (f"{prefix}.bias", "norm", (D_MODEL,))])
+
+    for stack, attentions, norms in (("encoder", ("self_attn",), 2),
+                                     ("decoder", ("self_attn", "cross_attn"), 3)):
+        for layer in range(LAYERS):
+            for attention in attentions:
+                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    linear(f"{stack}.{layer}.{attention}.{proj}", D_MODEL, D_MODEL)
+            linear(f"{stack}.{layer}.ff.0", D_MODEL, D_FF)
+            linear(f"{stack}.{layer}.ff.2", D_FF, D_MODEL)
+            for i in range(1, norms + 1):
+                norm(f"{stack}.{layer}.norm{i}")
+    norm("norm_enc")
+    norm("norm_dec")
+    linear("out", D_MODEL, VOCAB)
+    return out
+
+
+@memoized  # one start per grading, asked for by every outcome test
+def start_state(seed: int) -> dict:
+    """The grader's initial weights for a training (float32 tensors by the contract's
+    names), drawn like the given code's default initialisation from a generator seeded with
+    ``seed`` (``training_start``: the course secret and the lab file): Linear weights and
+    biases uniform in +-1/sqrt(fan_in) (PyTorch's default), embeddings normal with std
+    d_model^-0.5 (the given __init__), LayerNorms 1 and 0. Drawn here, not by the
+    reference model, so a student release (no reference) gives the same kind of start."""
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, kind, shape in _start_layout():
+        if kind == "embedding":
+            state[name] = torch.randn(shape, generator=gen) * D_MODEL ** -0.5
+        elif kind == "norm":
+            state[name] = (torch.ones if name.endswith("weight") else torch.zeros)(shape)
+        else:
+            bound = shape[-1] ** -0.5                  # 1 / sqrt(fan_in)
+            size = shape if name.endswith("weight") else shape[:1]
+            state[name] = (torch.rand(size, generator=gen) * 2 - 1) * bound
+    return state
+
+
 def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
                       loss_of=None, model_words: str = "the contract's model (the grader's "
                       "reference forward with your weights)") -> list[str]:
-    """Why the weights do not show training (empty: they do); each reason teaches.
+    """Why the returned weights ``reply["state_dict"]`` do not show training from the
+    grader's start ``reply["start"]`` (empty: they do); each reason teaches.
     ``loss_of(state_dict, src, tgt)``: the teacher-forced loss (default: the reference's,
     ``teacher_forced_loss``); ``model_words`` names the model it runs."""
     loss_of = loss_of or teacher_forced_loss
-    initial, final = reply.get("initial"), reply["state_dict"]
-    if not isinstance(initial, dict):
-        return ["no training step was seen: the model returned never ran a forward pass "
-                "with gradients on, nor an optimizer step (train it with teacher forcing: "
-                "a forward, loss.backward(), optimizer.step())"]
-    try:
-        before = loss_of(initial, src, tgt)
-    except (ValueError, StudentError):
-        return ["the model's weights before its first training step do not load into the "
-                "contract's Seq2SeqTransformer (was the model rebuilt or resized after it "
-                "started training?)"]
+    start, final = reply["start"], reply["state_dict"]
+    before = loss_of(start, src, tgt)
     after = loss_of(final, src, tgt)
-    problems = []
     # Fail closed: every comparison with NaN is False, so each check asks for the good case.
-    broken = [name for state in (initial, final) for name, t in state.items()
+    broken = [name for name, t in final.items()
               if isinstance(t, torch.Tensor) and t.is_floating_point()
               and not bool(torch.isfinite(t).all())]
     if broken or not (math.isfinite(before) and math.isfinite(after)):
         return [f"the weights hold NaN or infinite values ({', '.join(sorted(set(broken))[:3]) or 'the loss'}"
                 "): a training step that diverged, or weights set by hand, show no training"]
-    if not before >= INITIAL_LOSS_MIN:
-        problems.append(
-            f"the model already predicted the task before its first training step (loss "
-            f"{before:.2f} nats per token; a fresh model is near chance, ln 13 = "
-            f"{CHANCE_LOSS:.2f}): outcome points need weights learnt by training, not set "
-            "or loaded before it")
+    problems = []
     if not after <= LOSS_DROP * before:
         problems.append(
-            f"training did not lower the loss enough under {model_words}: {before:.2f} nats per token "
-            f"before the first step, {after:.2f} after (at most {LOSS_DROP:g}x the initial "
-            "loss is needed); if the module tests fail too, your forward differs from the "
-            "contract and the weights learnt to work with yours only")
-    correlations = weight_correlations(initial, final)
-    if correlations:
-        median = sorted(correlations.values())[len(correlations) // 2]
-        if not median >= CORRELATION_MIN:
-            problems.append(
-                f"the returned weights are not reachable from the initial ones by training "
-                f"steps (median correlation per weight matrix {median:.2f}, at least "
-                f"{CORRELATION_MIN:g} expected): were they replaced after training started?")
+            f"training did not lower the loss enough under {model_words}: {before:.2f} nats "
+            f"per token at the grader's start, {after:.2f} for the returned weights (at most "
+            f"{LOSS_DROP:g}x the start's is needed). {HOW_LOSS_IS_COMPUTED} If your own loss "
+            "curve falls and this one does not, your loss compares other positions than "
+            "these (teacher forcing off by one?); if the module tests fail too, your forward "
+            "differs from the contract and the weights learnt to work with yours only")
+    correlations = weight_correlations(start, final)
+    median = sorted(correlations.values())[len(correlations) // 2] if correlations else 0.0
+    if not median >= CORRELATION_MIN:
+        problems.append(
+            f"the returned weights did not come from the start the grader gave train() "
+            f"(median correlation per weight matrix with the grader's initial weights "
+            f"{median:.2f}, at least {CORRELATION_MIN:g} expected; training keeps most of the "
+            "start): every Seq2SeqTransformer() built in train() starts from weights the grader "
+            "draws; train that model, and do not re-initialise or load other weights into it")
     return problems
+
+
+def pad_loss_problems(reply: dict) -> list[str]:
+    """Why train()'s loss does not ignore PAD targets (empty: it does, or no training step
+    read PAD): the worker saw the gradient of the first training step whose decoder read
+    PAD tokens (protocol ``GivenStart``): where the decoder reads PAD the target is PAD
+    too, so a cross-entropy with ignore_index=PAD gives those logits no gradient at all."""
+    probe = reply.get("pad_probe")
+    if not isinstance(probe, dict):
+        return []
+    pad, real = probe.get("pad_grad"), probe.get("real_grad")
+    if not (isinstance(pad, float) and isinstance(real, float)):
+        return []
+    if pad <= 1e-6 * max(real, 1e-12) or not real > 0:
+        return []
+    return [f"your loss counts PAD targets: in your first training step, the logits at the "
+            f"{probe.get('pad_positions')} positions where the decoder read PAD (their target "
+            f"is PAD too) got a gradient of up to {pad:.2g} (the real positions: up to "
+            f"{real:.2g}); the contract's loss ignores PAD: F.cross_entropy(logits.reshape(-1, "
+            "13), tgt[:, 1:].reshape(-1), ignore_index=PAD)"]
+
+
+def training_figures(trained: dict, before: float, after: float, exact: float,
+                     sequences: int) -> str:
+    """What the student is told of their training, passed or not: CPU seconds of the budget,
+    the loss at the grader's start and of the returned weights, exact reversals of the
+    public held-out sequences, and what the hidden tiers need."""
+    tiers = " / ".join(f"{t:.0%}" for t in HIDDEN_TIERS)
+    return (f"Your training: {trained['cpu_s']:.1f} of {trained['budget_s']:g} CPU seconds; "
+            f"loss {before:.2f} nats per token at the grader's start, {after:.3f} for the "
+            f"returned weights (teacher forcing: model(src, tgt[:, :-1]) predicting "
+            f"tgt[:, 1:], PAD ignored); your greedy_decode reverses {exact:.1%} of "
+            f"{sequences} public held-out sequences (lengths 1-8) exactly. The hidden tests "
+            f"score the same on the grader's own sequences: {tiers} exact earn their points "
+            f"(2 each).")
+
+
+HOW_LOSS_IS_COMPUTED = (
+    "The grader's figure: cross-entropy in nats per target token, PAD targets ignored, with "
+    "teacher forcing on held-out make_batch sequences (lengths 1-8): logits = "
+    "model(src, tgt[:, :-1]) predict tgt[:, 1:] (BOS, reversed digits, EOS).")
 
 
 def probe_forward(student) -> None:
@@ -151,13 +243,17 @@ def probe_forward(student) -> None:
             raise
 
 
-def train_once(student, budget) -> dict:
+def train_once(student, budget, training_start: int) -> dict:
     """The reply of the submission's one train(TRAIN_SEED, budget_s) run (shared by every
-    outcome test), checked for its CPU time and its weights' loading; a Mismatch that
-    says why not."""
+    outcome test), its models started from the grader's ``start_state(training_start)``,
+    checked for its CPU time; a Mismatch that says why not. The reply gains "start" (the
+    grader's initial weights: the trusted side's own copy) and "cpu_s" (the kernel's
+    figure)."""
     limit = budget.cpu_s
+    start = start_state(training_start)
     try:
-        run = student.train("train", MODEL_CLASS, TRAIN_SEED, budget_s=limit)
+        run = student.train("train", MODEL_CLASS, TRAIN_SEED, budget_s=limit,
+                            initial_state=start)
     except StudentError as exc:
         advice = (f"check the clock with time.process_time() in your loop and stop with a "
                   f"margin before {limit:g} CPU seconds, model construction included")
@@ -191,7 +287,7 @@ def train_once(student, budget) -> dict:
     value = run.value
     assert_true(isinstance(value, dict) and isinstance(value.get("state_dict"), dict),
                 "train must return the Seq2SeqTransformer it trained")
-    return value
+    return {**value, "start": start, "cpu_s": run.cpu_s, "budget_s": limit}
 
 
 def assert_loads(state_dict: dict) -> None:
@@ -202,6 +298,23 @@ def assert_loads(state_dict: dict) -> None:
     except ValueError as exc:
         raise Mismatch(str(exc), "the returned model's state_dict does not load into the "
                                  "contract's Seq2SeqTransformer()") from None
+
+
+def own_exact_fraction(student, state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> float:
+    """The fraction of rows the student's own greedy_decode (in the worker) reverses
+    exactly with ``state_dict``; 0.0 if it fails (the module tests say why)."""
+    try:
+        model = student.module(MODEL_CLASS)
+        model.load_state_dict(state_dict)
+        out = model.method("greedy_decode", src, src.size(1) + 1)
+    except StudentError:
+        return 0.0
+    if not (isinstance(out, torch.Tensor) and out.dim() == 2 and out.size(0) == tgt.size(0)):
+        return 0.0
+    padded = torch.full_like(tgt, PAD)
+    width = min(out.size(1), tgt.size(1))
+    padded[:, :width] = out[:, :width]
+    return float((padded == tgt).all(dim=1).double().mean())
 
 
 def own_loss(student, state_dict: dict, src: torch.Tensor, tgt: torch.Tensor) -> float:

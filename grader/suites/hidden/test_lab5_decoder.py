@@ -199,14 +199,15 @@ def test_generate_work_per_new_token(student, gen, budget):
     """generate(prompt (2, 8), 128) on a DecoderLM of d_model 128: each new token costs one
     step over the cache (O(1) tokens through the layers), so the whole call costs about what
     the course's reference costs on the same model and prompt, measured beside it by the
-    grader (CPU time, after a warm-up call of 2 new tokens); running the whole sequence
+    grader (CPU time, after a warm-up call of 128 new tokens on other weights and another
+    prompt); running the whole sequence
     again at every step costs ~T/2 tokens a step instead."""
     sd = decoder_lm_weights(gen, GEN_CFG)
     prompt = random_tokens(gen, GEN_CFG[0], 2, 8)
     lm = student.module("DecoderLM", *GEN_CFG)
     lm.load_state_dict(sd)
-    m = lm.measure("generate", prompt, GEN_NEW, warmup=(prompt, 2))
-    ref = lm.measure("generate", prompt, GEN_NEW, warmup=(prompt, 2), reference=True)
+    m = lm.measure("generate", prompt, GEN_NEW, warmup="alike")
+    ref = lm.measure("generate", prompt, GEN_NEW, warmup="alike", reference=True)
     assert_true(isinstance(m.value, torch.Tensor) and tuple(m.value.shape) == (2, 8 + GEN_NEW)
                 and m.value.dtype == torch.int64,
                 f"generate(prompt (2, 8), {GEN_NEW}) must return a long tensor of shape "

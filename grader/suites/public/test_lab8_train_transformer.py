@@ -23,11 +23,21 @@ from grader.suites._inputs import (
     seq2seq_decode_reference,
     seq2seq_encode_reference,
     seq2seq_forward_reference,
+    same_decoding,
     seq2seq_greedy_reference,
     seq2seq_weights,
     target_prefixes,
 )
-from grader.suites._training import MODEL_CLASS, heldout, own_loss, train_once, training_problems
+from grader.suites._training import (
+    MODEL_CLASS,
+    heldout,
+    own_loss,
+    own_exact_fraction,
+    pad_loss_problems,
+    train_once,
+    training_figures,
+    training_problems,
+)
 
 X_AXES = ("batch", "seq", "d_model")
 LOGIT_AXES = ("batch", "seq", "vocab")
@@ -92,19 +102,28 @@ def test_greedy_decode_matches_reference(student, gen):
     expected = seq2seq_greedy_reference(sd, src, 6)
     assert_true(isinstance(got, torch.Tensor) and got.dtype == torch.long,
                 "greedy_decode must return a long tensor of token ids")
-    assert_true(got.shape == expected.shape and bool((got == expected).all()),
+    assert_true(same_decoding(got, expected, 6),
                 f"greedy_decode gave {got.tolist()}, expected {expected.tolist()} (BOS first, "
-                "then the argmax of the last position's logits, one token per step)")
+                "then the argmax of the last position's logits, one token per step; PAD after "
+                "a row's EOS)")
 
 
-def test_train_returns_a_trained_model_within_budget(student, budget, gen):
-    """train(seed, budget_s) returns, within its CPU budget, a Seq2SeqTransformer whose
-    weights were learnt by training: replayed through your model, their loss before the
-    first step is near chance and far lower after it, and the weights were reached by
-    steps. (The hidden tests replay them through the contract's reference model.)"""
-    trained = train_once(student, budget)
+def test_train_returns_a_trained_model_within_budget(student, budget, gen, training_start,
+                                                     request):
+    """train(seed, budget_s) returns, within its CPU budget, the Seq2SeqTransformer it
+    trained from the start the grader gave it (initial weights drawn by the grader): replayed
+    through your model, its loss is at most half the start's, its weights still hold that
+    start, and its loss ignored PAD targets. (The hidden tests replay them through the
+    contract's reference model.)"""
+    trained = train_once(student, budget, training_start)
     src, tgt = heldout(gen, 256)
     problems = training_problems(
         trained, src, tgt, loss_of=lambda sd, s, t: own_loss(student, sd, s, t),
         model_words="your model (your forward with your weights)")
-    assert_true(not problems, "; ".join(problems))
+    problems += pad_loss_problems(trained)
+    figures = training_figures(
+        trained, own_loss(student, trained["start"], src, tgt),
+        own_loss(student, trained["state_dict"], src, tgt),
+        own_exact_fraction(student, trained["state_dict"], src, tgt), len(src))
+    request.node.user_properties.append(("report", figures))
+    assert_true(not problems, "; ".join(problems) + "\n" + figures)
