@@ -144,7 +144,7 @@ def _grading_process_peak(submission, tmp_path, lab: str) -> tuple[float, float,
 
     rubric_path = tmp_path / "rubric.yaml"
     rubric_path.write_text(re.sub(r"time_limit_s:\s*[\d.]+", "time_limit_s: 4",
-                                  paths.RUBRIC.read_text()))
+                                  (paths.KIT / "rubric.yaml").read_text()))
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "grader.cli", "--rubric", str(rubric_path), "grade",
@@ -173,7 +173,7 @@ def reference_grading_peak(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reference")
     submission = tmp / "s"
     submission.mkdir()
-    for f in sorted(paths.SOLUTIONS.glob("lab*.py")):
+    for f in sorted((paths.KIT / "solutions").glob("lab*.py")):
         shutil.copyfile(f, submission / f.name)
     peak, cpu, _ = _grading_process_peak(submission, tmp, "lab2_multihead")
     return peak, cpu
