@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
-from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, memcg,
-                            protocol, usage, wire)
+from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
+                            memcg, protocol, usage, wire)
 from grader.sandbox.channel import LOAD_STRETCH_MAX
 from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
@@ -132,7 +132,15 @@ MAX_CALLBACK_ELEMENTS = 1 << 22   # numbers in one call into another lab (4 Mi: 
 # A number argument of a call into another lab sizes work (a length, a position, a chunk
 # count): bounded like the tensors' sizes.
 MAX_CALLBACK_SCALAR = MAX_CALLBACK_ELEMENTS
-MAX_CALLBACK_REPLY_BYTES = 80 << 20   # a reference worker's reply: value and gradients
+MAX_CALLBACK_REPLY_BYTES = 64 << 20   # a reference worker's reply: value and gradients
+# Bytes of tensors relayed between a test's workers and the reference workers, both ways
+# (a test's calls into other labs), for each second of the test's time limit: what the
+# grading process may copy for one test (its CPU time: ~0.8 s a GB relayed, measured). An
+# honest lab 8 training through its own lab 1 relays ~13.6 MB a step (7.1 GB in one
+# training here; the reference loop's 3,000 steps at most would be 41 GB, within the 40
+# GiB of its 160 s test); lab 2's 10 s tests may relay 2.5 GiB. See docs/security.md.
+# The relay holds at most one request and one reply at a time.
+MAX_RELAYED_BYTES_PER_SECOND = 256 << 20
 
 
 @dataclass
@@ -190,14 +198,21 @@ class Session:
     trained: dict = field(default_factory=dict)
     # The reference workers answering calls into other labs: (calling lab, other lab) ->
     # Worker; the CPU time they spent since ``reference_cpu_ns`` was last reset (a
-    # training's is the student's); ``measuring``: a measured call is running (refused).
+    # training's is the student's); ``measuring``: a measured call's own reference workers
+    # (fresh ones, ended with it: what they use in its window is the call's, see
+    # ``_MeasuredReferences``), or None.
     reference_workers: dict = field(default_factory=dict)
     reference_cpu_ns: int = 0
-    measuring: bool = False
+    measuring: "_MeasuredReferences | None" = None
+    relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
     solutions: str | None = None                    # the course's solutions/ (the references)
 
     def __post_init__(self):
+        # Every large buffer of this process (a relayed request or reply, a worker's reply)
+        # gets its own mapping, returned to the kernel when freed: its peak is what it held
+        # at once, not what glibc's heap kept after a burst of replies (#25).
+        jail.map_large_allocations()
         self.prefetch = Prefetcher(self.plan, self._worker) if self.plan is not None else None
         self.recorder = PlanRecorder(self.recording) if self.recording is not None else None
 
@@ -229,6 +244,7 @@ class Session:
             if worker.alive and worker.has_children():
                 worker.kill()
         self.time_limit_s = time_limit_s
+        self.relayed_bytes = 0
         self.deadline = time.monotonic() + time_limit_s
         self.load_credit_s = LOAD_STRETCH_MAX * time_limit_s
         self.calls = []
@@ -386,9 +402,9 @@ class Session:
         worker = setup = call = None
         try:
             worker = self._spawn(lab, reference=reference)
-            # Calls into other labs are refused until it ends: a reference worker's work
-            # would escape this measurement (and launder what the lab may not use).
-            self.measuring = True
+            # Calls into other labs go to reference workers of this measurement's own, and
+            # what they use during the measured call is the call's (``_MeasuredReferences``).
+            self.measuring = _MeasuredReferences()
             setup = memcg.group()
             if setup is not None:
                 setup.add(worker.pid)       # what the import and the warm-up hold is read here
@@ -407,11 +423,15 @@ class Session:
                 call.add(worker.pid)        # only what the worker faults in from here counts
             else:
                 usage.reset_peak(worker.pid)
+            self.measuring.start(call)
             before = usage.reading(worker.pid)
             value = self._exchange(worker, lab, frame=frame)
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
-            call_peak = call.peak() if call is not None else used.peak_bytes
+            others = self.measuring.used()
+            used = replace(used, cpu_s=used.cpu_s + others.cpu_s)
+            # With a cgroup, the reference workers are in it (its peak is of the sum).
+            call_peak = call.peak() if call is not None else used.peak_bytes + others.peak_bytes
             used = replace(used, peak_bytes=usage.charged(
                 imported=imported - held, call_peak=call_peak, inputs=inputs),
                 kept_bytes=max(0, warmed - imported), inputs_bytes=inputs)
@@ -430,7 +450,9 @@ class Session:
                 self._record(RecordedCall(lab, req, error=error))
             raise error from None
         finally:
-            self.measuring = False
+            if self.measuring is not None:
+                self.measuring.end()
+            self.measuring = None
             if worker is not None:
                 worker.kill()
             for group in (setup, call):
@@ -502,11 +524,14 @@ class Session:
             self._credit_load(worker)
         return self._reply_value(worker, lab, reply)
 
-    def _callback(self, lab: str, req) -> object:
+    def _callback(self, lab: str, req, raw: wire.Raw | None = None) -> object:
         """The course's reference answering a call that ``lab``'s code made into another lab:
         checked and bounded here, computed in a reference worker (nothing runs in this
         trusted process but the relay of values). Raises (the student's call then raises,
-        with the message) to refuse."""
+        with the message) to refuse. ``raw``: the request as it came (``wire.Raw``): its
+        bytes go on to the reference worker as they are, and its reply comes back as a
+        ``wire.Raw`` to relay as it is (no tensor is rebuilt or copied here); else the
+        reply's value."""
         if not isinstance(req, dict) or not isinstance(req.get("args"), list) \
                 or not isinstance(req.get("kwargs"), dict) \
                 or not isinstance(req.get("seed"), int) \
@@ -516,10 +541,6 @@ class Session:
         if target not in (self.importable.get(lab) or {}).get(other, ()):
             raise ValueError(f"{other}.{target} is not importable by {lab} (only the "
                              "contract functions of earlier labs are)")
-        if self.measuring:
-            raise ValueError(f"calls into other labs are not answered during a measured call "
-                             f"(a resource test measures {lab}'s own work): compute it in "
-                             f"{lab} itself")
         inputs = [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]
         size = sum(t.numel() for t in protocol.flat_tensors(inputs))
         if size > MAX_CALLBACK_ELEMENTS:
@@ -530,15 +551,35 @@ class Session:
             raise ValueError(f"{other}.{target} was given the number {big:.6g}: numbers that "
                              f"size work (lengths, positions, counts) are bounded by "
                              f"{MAX_CALLBACK_SCALAR} in calls into other labs")
-        return self._reference_answer(lab, other, protocol.reference_call_request(req))
+        sent = len(raw.payload) if raw is not None else sum(
+            t.numel() * t.element_size() for t in protocol.flat_tensors(inputs))
+        cap = self.relay_cap()
+        if self.relayed_bytes + sent > cap:
+            raise ValueError(
+                f"this test's calls into other labs have moved {self.relayed_bytes >> 20} "
+                f"MiB of tensors to and from the course's reference, and at most "
+                f"{cap >> 20} MiB may move in this test ({MAX_RELAYED_BYTES_PER_SECOND >> 20} "
+                f"MiB for each second of its time limit): a call into another lab copies its "
+                f"inputs and its answer between processes, so pass it only what it needs "
+                f"(compute large or repeated results once, in {lab})")
+        self.relayed_bytes += sent
+        return self._reference_answer(lab, other, protocol.reference_call_request(req), raw)
 
-    def _reference_answer(self, lab: str, other: str, req: dict):
+    def relay_cap(self) -> int:
+        """Bytes of tensors the current test's calls into other labs may move, both ways."""
+        return int(MAX_RELAYED_BYTES_PER_SECOND * self.time_limit_s)
+
+    def _reference_answer(self, lab: str, other: str, req: dict, raw: wire.Raw | None = None):
         """``req`` answered by the reference worker of (``lab``, ``other``), within the
-        current test's time: its value, or ValueError / RuntimeError saying why not."""
+        current test's time: its value (a ``wire.Raw`` of it with ``raw``, the student's
+        request as it came), or ValueError / RuntimeError saying why not."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise RuntimeError("the test's time limit is spent")
-        worker = self.reference_workers.get((lab, other))
+        # A measured call's calls go to reference workers of its own (``measuring``).
+        pool = self.measuring.workers if self.measuring is not None \
+            else self.reference_workers
+        worker = pool.get((lab, other))
         if worker is None or not worker.alive:
             try:
                 worker = self.zygote.spawn(
@@ -551,13 +592,23 @@ class Session:
                 self.fault = self.fault or exc
                 raise RuntimeError(f"the sandbox failed: {exc}") from None
             worker.reply_bytes = min(worker.reply_bytes, MAX_CALLBACK_REPLY_BYTES)
-            self.reference_workers[(lab, other)] = worker
+            pool[(lab, other)] = worker
+            if self.measuring is not None:
+                self.measuring.joined(worker)
         try:
             before = usage.reading(worker.pid).cpu_ns
         except OSError:
             before = None
+        kept = reply = None
         try:
-            reply = worker.request(req, timeout_s=remaining)
+            if raw is None:
+                reply = worker.request(req, timeout_s=remaining)
+            else:
+                # The request's header with the student's tensors' bytes, as they came.
+                worker.send_parts_ahead(wire.parts(
+                    {"op": protocol.REFERENCE_CALL, "call": raw.tree}, raw.payload), count=1)
+                del raw
+                reply, kept = worker.receive(timeout_s=remaining, raw=True)
         except WorkerTimeout:
             raise RuntimeError(f"the course's {other} did not answer within the test's time "
                                f"limit of {self.time_limit_s:g} s (its time is this "
@@ -565,10 +616,20 @@ class Session:
         except WorkerDied as exc:
             raise RuntimeError(f"the course's {other} stopped on these inputs: a limit "
                                f"(memory, CPU time) or a reply over "
-                               f"{MAX_CALLBACK_REPLY_BYTES >> 20} MiB [{exc}]") from None
+                               f"{worker.reply_bytes >> 20} MiB [{exc}]") from None
         finally:
+            spent = None
             with contextlib.suppress(OSError, TypeError):
-                self.reference_cpu_ns += usage.reading(worker.pid).cpu_ns - before
+                spent = usage.reading(worker.pid).cpu_ns - before
+                self.reference_cpu_ns += spent
+            if self.measuring is not None:
+                # The answer's own CPU time as the reference worker timed it (the course's
+                # code around the reference function), never more than the kernel counted
+                # for the whole exchange; the whole exchange where there is no such figure.
+                told = reply.get("cpu_ns") if isinstance(reply, dict) else None
+                if type(told) is int and told >= 0 and spent is not None:
+                    spent = min(spent, told)
+                self.measuring.spent(spent or 0)
         if not isinstance(reply, dict):
             worker.kill()
             raise RuntimeError(f"the course's {other} sent a malformed reply")
@@ -583,7 +644,14 @@ class Session:
         if "ok" not in reply:
             worker.kill()
             raise RuntimeError(f"the course's {other} sent a malformed reply")
-        return reply["ok"]
+        if kept is None:
+            return reply["ok"]
+        value = kept.part("ok")
+        if value is None:                   # tensors outside its value: not relayed
+            worker.kill()
+            raise RuntimeError(f"the course's {other} sent a malformed reply")
+        self.relayed_bytes += len(value.payload)
+        return value
 
     def _end_reference_workers(self) -> None:
         for worker in self.reference_workers.values():
@@ -630,6 +698,73 @@ class Session:
         self.references.clear()
 
 
+class _MeasuredReferences:
+    """The reference workers answering a measured call's calls into other labs, fresh for
+    it and ended with it: what they use in the measured call's window is the call's (#25,
+    "what the reference worker spends for a student is the student's"). Those of its
+    warm-up (or its import) pay their one-time costs there, as the student's worker does;
+    from ``start`` each is in the call's memory cgroup (the cgroup's peak is then that of
+    the worker and the reference workers together), or, without one, its resident peak
+    is reset and what it rose by is added. CPU time: each answer's own, as the reference
+    worker timed the course's function on the student's inputs (``spent``; at most what
+    the kernel counted for the exchange), so the call pays for the work it handed over,
+    not for the relay's framing, which an inline computation would not have. A reference
+    worker first asked during the call itself joins at once."""
+
+    def __init__(self):
+        self.workers: dict = {}             # (calling lab, other lab) -> Worker
+        self.group = None
+        self.started = False
+        self.cpu_ns = 0                     # the answers' CPU time since ``start``
+        self.calls = 0
+        self._base: dict = {}               # pid -> Usage at ``start`` (or when it joined)
+
+    def joined(self, worker: Worker) -> None:
+        if self.started:
+            self._charge(worker)
+
+    def start(self, group) -> None:
+        self.group, self.started = group, True
+        for worker in self.workers.values():
+            if worker.alive:
+                self._charge(worker)
+
+    def spent(self, cpu_ns: int) -> None:
+        if self.started:
+            self.cpu_ns += max(0, cpu_ns)
+            self.calls += 1
+
+    def _charge(self, worker: Worker) -> None:
+        try:
+            if self.group is not None:
+                self.group.add(worker.pid)
+            else:
+                usage.reset_peak(worker.pid)
+            self._base[worker.pid] = usage.reading(worker.pid)
+        except OSError:
+            worker.kill()                   # not measurable: not used (its call fails)
+
+    def used(self) -> Measured:
+        """What the reference workers used since ``start``: the answers' CPU time, and
+        (summed, an upper bound of their peak together) their resident peaks' rise."""
+        peak = 0
+        for worker in self.workers.values():
+            base = self._base.get(worker.pid)
+            if base is None:
+                continue
+            try:
+                now = usage.reading(worker.pid)
+            except OSError:
+                continue
+            peak += max(0, now.peak - max(base.resident, base.peak))
+        return Measured(peak_bytes=peak, cpu_s=self.cpu_ns / 1e9, other_processes=False)
+
+    def end(self) -> None:
+        for worker in self.workers.values():
+            worker.kill()
+        self.workers.clear()
+
+
 @dataclass
 class Measurement:
     """What ``student.measure`` returns: the call's value and what the call used."""
@@ -650,13 +785,28 @@ class GradResult:
 
 
 def _largest_number(value, depth: int = 0) -> float:
-    """The largest |x| of the Python numbers (not tensors, not bools) in ``value``."""
+    """The largest |x| of the numbers in ``value`` that may size work: Python numbers (not
+    bools), every value of an integer tensor (a length, a position, a count passed as
+    ``torch.tensor(n)``: ``range`` and ``torch.arange`` take it as they take ``n``), and the
+    value of a one-element floating tensor (``torch.arange(torch.tensor(5e6))`` works too).
+    NaN counts as nothing; an infinity as the largest number."""
     if depth > 16:
         return 0.0
     if isinstance(value, bool):
         return 0.0
     if isinstance(value, (int, float)):
         return float(min(abs(value), 10**300)) if value == value else 0.0
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.numel() == 0:
+            return 0.0
+        if value.is_floating_point() or value.is_complex():
+            if value.numel() != 1:
+                return 0.0          # data (queries, weights), not a size
+            x = abs(complex(value.detach().reshape(()).item()))
+            return float(min(x, 10**300)) if x == x else 0.0
+        t = value.detach()
+        # Python ints (no overflow at -2**63), no copy of the tensor.
+        return float(max(abs(int(t.max().item())), abs(int(t.min().item()))))
     if isinstance(value, (list, tuple)):
         return max((_largest_number(v, depth + 1) for v in value), default=0.0)
     if isinstance(value, dict):

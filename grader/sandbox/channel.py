@@ -13,6 +13,7 @@ itself (``Zygote.launch``; both processes then import it at once).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import math
@@ -62,11 +63,18 @@ class Worker:
     # Requests sent ahead (``send_ahead``) whose replies ``receive`` has not read yet, and
     # the bytes of them the socket has not taken yet.
     pending: int = 0
-    _outbox: bytearray = field(default_factory=bytearray, repr=False)
+    # Chunks to send, in order (frames, or a relayed reply's header and its payload buffer,
+    # never copied into one).
+    _outbox: collections.deque = field(default_factory=collections.deque, repr=False)
+    # A reply to a call into another lab is in ``_outbox``: no frame is read from the
+    # worker until it has all gone (a worker that asks without reading its answers holds
+    # one of them here, never more).
+    _relaying: bool = False
     answered: int = 0           # replies read; the worker numbers each reply (its "seq")
-    # Answers the worker's calls into other labs (protocol "Callbacks"): request -> value;
+    # Answers the worker's calls into other labs (protocol "Callbacks"): (request, the
+    # frame as a ``wire.Raw``) -> the value, or a ``wire.Raw`` of it to relay as it is;
     # raises to refuse. None: this worker is provided no other lab.
-    on_callback: Callable[[dict], object] | None = None
+    on_callback: Callable[[dict, wire.Raw], object] | None = None
     # A reply's wall-clock limit follows the CPU the machine gave the worker: the time its
     # threads waited, runnable, for a CPU (load) is added to the deadline, up to
     # LOAD_STRETCH_MAX times the limit; only the worker's own time can run it out.
@@ -96,12 +104,34 @@ class Worker:
         """
         if not self.alive:
             raise WorkerDied("the worker is no longer running")
-        self._outbox += frames
+        self._queue(frames)
         self.pending += count
         self._pump()
 
-    def receive(self, *, timeout_s: float):
-        """The next reply, read within ``timeout_s`` seconds (kills the worker if not)."""
+    def send_parts_ahead(self, chunks: list, *, count: int) -> None:
+        """``send_ahead`` for a frame given as chunks (``wire.parts``), not copied."""
+        if not self.alive:
+            raise WorkerDied("the worker is no longer running")
+        for chunk in chunks:
+            self._queue(chunk)
+        self.pending += count
+        self._pump()
+
+    def _queue_reply(self, answer) -> None:
+        if isinstance(answer, wire.Raw):
+            chunks = wire.parts({"callback_reply": {"ok": answer.tree}}, answer.payload)
+        else:
+            chunks = [wire.encode({"callback_reply": answer})]
+        for chunk in chunks:
+            self._queue(chunk)
+
+    def _queue(self, chunk) -> None:
+        if len(chunk):
+            self._outbox.append(memoryview(chunk).cast("B"))
+
+    def receive(self, *, timeout_s: float, raw: bool = False):
+        """The next reply, read within ``timeout_s`` seconds (kills the worker if not);
+        ``raw``: (the reply, the reply as a ``wire.Raw``)."""
         if not self.alive:
             raise WorkerDied("the worker is no longer running")
         if self.pending <= 0:
@@ -113,6 +143,8 @@ class Worker:
             # The whole reply must arrive by the deadline, however the worker trickles it,
             # and whatever it asks of other labs on the way (each answered at once).
             while True:     # no count of callbacks: each is bounded by this deadline
+                if self._relaying:
+                    self._drain(deadline)
                 header_len, payload_len = wire.PREFIX.unpack(
                     self._read(wire.PREFIX.size, deadline))
                 if header_len > wire.MAX_HEADER_BYTES:
@@ -120,7 +152,8 @@ class Worker:
                 if payload_len > self.reply_bytes:
                     raise wire.WireError(f"reply carries more than {self.reply_bytes} bytes")
                 header = bytes(self._read(header_len, deadline))
-                frame = wire.decode(header, self._read(payload_len, deadline))
+                frame, kept = wire.decode_raw(header, self._read(payload_len, deadline))
+                del header
                 if not (isinstance(frame, dict) and "callback" in frame):
                     # A frame that is not the reply to the oldest request (student code
                     # wrote to the channel) ends the worker: no reply is ever matched to
@@ -133,8 +166,15 @@ class Worker:
                     self.pending -= 1
                     self.load_delay_s = max(
                         0.0, (usage.run_delay_ns(self.pid) - self._delay_at) / 1e9)
-                    return frame
-                self._outbox += wire.encode({"callback_reply": self._callback(frame)})
+                    return (frame, kept) if raw else frame
+                answer = self._callback(frame, kept)
+                del frame, kept             # the request's buffer goes before the reply's
+                # No local of this frame keeps the reply's buffer: a traceback of a later
+                # timeout here (kept for the test's report) would hold it until the cyclic
+                # garbage collector ran.
+                self._queue_reply(answer)
+                del answer
+                self._relaying = True
                 self._pump()
         except socket.timeout:
             self.kill()
@@ -144,23 +184,38 @@ class Worker:
             self.kill()
             raise WorkerDied(str(exc)) from None
 
-    def _callback(self, frame: dict) -> dict:
-        """The reply to a worker's call into another lab: {"ok": value} or {"error": why}."""
+    def _callback(self, frame: dict, kept: wire.Raw):
+        """The reply to a worker's call into another lab: {"ok": value} or {"error": why},
+        or a ``wire.Raw`` of the value (relayed as it came from a reference worker)."""
         if self.on_callback is None:
             return {"error": "no other lab is provided to this lab"}
         try:
-            return {"ok": self.on_callback(frame["callback"])}
+            value = self.on_callback(frame["callback"], kept.part("callback"))
         except Exception as exc:  # noqa: BLE001 - refused or failed: the student's call raises
             return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        return value if isinstance(value, wire.Raw) else {"ok": value}
 
     def _pump(self) -> None:
-        """Send what the socket takes now of the queued requests, without waiting."""
+        """Send what the socket takes now of the queued chunks, without waiting."""
         while self._outbox:
+            head = self._outbox[0]
             try:
-                sent = self.sock.send(self._outbox)
+                sent = self.sock.send(head)
             except (BlockingIOError, InterruptedError):
                 return
-            del self._outbox[:sent]
+            if sent >= len(head):
+                self._outbox.popleft()      # its buffer (a relayed reply) is freed now
+            else:
+                self._outbox[0] = head[sent:]
+        self._relaying = False
+
+    def _drain(self, deadline: float) -> None:
+        """Wait (within ``deadline``) until every queued chunk is sent: a reply to a call
+        into another lab is read by the worker before it may send another frame."""
+        self._pump()
+        while self._outbox:
+            self._wait(deadline, read=False)
+            self._pump()
 
     def _read(self, n: int, deadline: float) -> bytearray:
         buf = bytearray(n)
@@ -176,8 +231,9 @@ class Worker:
             got += size
         return buf
 
-    def _wait(self, deadline: float) -> None:
-        """Until the socket is readable (or the deadline passes), feeding the worker."""
+    def _wait(self, deadline: float, *, read: bool = True) -> None:
+        """Until the socket is readable (or the deadline passes), feeding the worker;
+        ``read=False``: until it takes more of what is queued."""
         remaining = deadline + self._granted_s - time.monotonic()
         if remaining <= 0:
             waited = (usage.run_delay_ns(self.pid) - self._delay_at) / 1e9
@@ -186,7 +242,8 @@ class Worker:
         if remaining <= 0:
             raise socket.timeout("deadline passed while reading a reply")
         poller = select.poll()
-        poller.register(self.sock, select.POLLIN | (select.POLLOUT if self._outbox else 0))
+        poller.register(self.sock, (select.POLLIN if read else 0)
+                        | (select.POLLOUT if self._outbox else 0))
         for _fd, events in poller.poll(max(1, math.ceil(remaining * 1000))):
             if events & select.POLLOUT:
                 self._pump()
@@ -218,6 +275,10 @@ class Worker:
         if not self.alive:
             return
         self.alive = False
+        # Nothing more is sent: what was queued (a relayed reply's buffer) goes now, even
+        # while a traceback kept for the test's report still refers to this Worker.
+        self._outbox.clear()
+        self._relaying = False
         for target in (lambda: os.kill(self.pid, signal.SIGKILL),
                        lambda: os.killpg(self.pid, signal.SIGKILL)):
             with contextlib.suppress(ProcessLookupError, PermissionError):

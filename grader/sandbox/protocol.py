@@ -87,11 +87,15 @@ checks and relays values; it runs nothing. A lab's points depend on that lab's c
                 gradient, or None]}
 
 The grader refuses ({"error": why}, which the student's call raises as RuntimeError) a
-name the calling lab may not import, more than 4 Mi numbers in tensors, an integer
-argument above 4 Mi (integers size work: lengths, positions, chunk counts), a reply above
-its byte cap, and any call during a measured call (``Session.measure``: its work would
-escape the measurement). There is no count of calls; the reference worker's time is the
-calling test's (same deadline) and its CPU time is added to a training's.
+name the calling lab may not import, more than 4 Mi numbers in tensors, a number above
+4 Mi that may size work (an int, any value of an integer tensor, a one-element tensor:
+lengths, positions, chunk counts), a reply above its byte cap, and a call past the test's
+cap on bytes relayed. It relays the tensors' bytes as they came (a frame's header is
+rewritten, its payload never rebuilt into tensors), and reads no further frame from a
+student worker until its last reply has been sent (one reply held at a time). There is no
+count of calls; the reference worker's time is the calling test's (same deadline) and its
+CPU time is added to a training's; a measured call (``Session.measure``) has
+reference workers of its own, whose CPU time and memory in its window are the call's.
 
 Imported by path in the zygote and the worker (``import protocol``), and as
 ``grader.sandbox.protocol`` in the grader: it imports only the stdlib and torch.

@@ -19,6 +19,7 @@ import math
 import socket
 import struct
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -58,6 +59,7 @@ class PeerClosed(WireError):
 def encode(obj) -> bytes:
     """One frame for ``obj`` (tensors, scalars, str, None, lists/tuples/dicts of these)."""
     buffers: list[bytes] = []
+    count = [0]
 
     def enc(x, depth=0):
         if depth > MAX_DEPTH:
@@ -73,8 +75,11 @@ def encode(obj) -> bytes:
             # bfloat16 has no numpy dtype: ship its bytes through a same-size integer view.
             raw = t.view(torch.int16) if t.dtype in (torch.bfloat16, torch.float16) else t
             data = raw.numpy().tobytes() if t.numel() else b""
-            buffers.append(data + _PADDING[:-len(data) % ALIGN] if len(data) % ALIGN else data)
-            return {"__tensor__": len(buffers) - 1, "dtype": name, "shape": list(t.shape)}
+            buffers.append(data)
+            if len(data) % ALIGN:
+                buffers.append(_PADDING[:-len(data) % ALIGN])
+            count[0] += 1
+            return {"__tensor__": count[0] - 1, "dtype": name, "shape": list(t.shape)}
         if x is None or isinstance(x, (bool, str)):
             return x
         if isinstance(x, int):
@@ -95,11 +100,16 @@ def encode(obj) -> bytes:
             return {k: enc(v, depth + 1) for k, v in x.items()}
         raise WireError(f"a value of type {type(x).__name__} cannot cross the wire")
 
-    header = json.dumps(enc(obj), separators=(",", ":")).encode()
-    if len(header) > MAX_HEADER_BYTES:
-        raise WireError("header too large")
-    payload = b"".join(buffers)
-    return b"".join((PREFIX.pack(len(header), len(payload)), header, payload))
+    try:
+        header = json.dumps(enc(obj), separators=(",", ":")).encode()
+        if len(header) > MAX_HEADER_BYTES:
+            raise WireError("header too large")
+        size = sum(len(b) for b in buffers)
+        return b"".join((PREFIX.pack(len(header), size), header, *buffers))
+    finally:
+        # ``enc`` refers to itself, so it and what it holds wait for the cyclic garbage
+        # collector: the tensors' bytes must not (a few big frames would pile up).
+        buffers.clear()
 
 
 def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
@@ -160,6 +170,54 @@ def decode(header: bytes, payload: bytearray) -> object:
     shape's worth of bytes (padded to ``ALIGN``), and together all of it. The tensors are
     views of ``payload``, which must be a buffer of its own (as ``recv_frame`` reads it).
     """
+    return decode_raw(header, payload)[0]
+
+
+@dataclass
+class Raw:
+    """A frame kept as it came, after ``decode_raw`` checked it: its parsed JSON header
+    (``tree``), its payload bytes and how many tensors take them. A part of it that holds
+    every one of its tensors (``part``) can be sent on in another frame with the same
+    payload (``parts``): relayed without a tensor ever being copied or rebuilt here."""
+    tree: object
+    payload: bytearray
+    tensors: int
+
+    def part(self, key: str) -> "Raw | None":
+        """The value under ``key`` of the frame's top-level dict, if it holds all of the
+        frame's tensors (in their order: the frame's is the only one); else None."""
+        if not isinstance(self.tree, dict) or key not in self.tree:
+            return None
+        sub = self.tree[key]
+        return Raw(sub, self.payload, self.tensors) if _count_tensors(sub) == self.tensors \
+            else None
+
+
+def _count_tensors(tree, depth: int = 0) -> int:
+    """Tensor markers in a header tree that ``decode`` accepted (its depth is bounded)."""
+    if depth > 4 * MAX_DEPTH:
+        return -1
+    if isinstance(tree, list):
+        return sum(_count_tensors(v, depth + 1) for v in tree)
+    if isinstance(tree, dict):
+        if "__tensor__" in tree:
+            return 1
+        return sum(_count_tensors(v, depth + 1) for v in tree.values())
+    return 0
+
+
+def parts(tree, payload) -> list:
+    """A frame whose header is ``tree`` (a header tree, as ``Raw.tree``: its tensor markers
+    index ``payload``) and whose payload is ``payload``, as chunks to send one after the
+    other: the payload is not copied."""
+    header = json.dumps(tree, separators=(",", ":")).encode()
+    if len(header) > MAX_HEADER_BYTES:
+        raise WireError("header too large")
+    return [PREFIX.pack(len(header), len(payload)) + header, memoryview(payload)]
+
+
+def decode_raw(header: bytes, payload: bytearray) -> tuple[object, Raw]:
+    """``decode``, and the frame as a ``Raw`` (to relay a part of it unchanged)."""
     try:
         tree = json.loads(header.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -214,9 +272,10 @@ def decode(header: bytes, payload: bytearray) -> object:
         # tensors are, not at the next cyclic collection (a measured worker's warm-up
         # inputs stayed held through the measured call, #26).
         dec = None  # noqa: F841
+        cursor.payload = cursor._bytes = None
     if cursor.offset != len(payload):
         raise WireError("frame carries bytes that no tensor uses")
-    return value
+    return value, Raw(tree, payload, cursor.index)
 
 
 def _no_constant(name):
