@@ -58,6 +58,24 @@ def test_a_grader_runs_only_the_labs_and_visibility_asked_for(rubric, zygote):
                                if t.visibility == "public")
 
 
+@pytest.mark.parametrize("name, value", [("PYTEST_ADDOPTS", "--durations=5 -rf -x"),
+                                         ("PYTEST_PLUGINS", "no_such_plugin_module")])
+def test_the_grading_session_ignores_pytest_settings_in_the_environment(rubric, zygote,
+                                                                        monkeypatch, name,
+                                                                        value):
+    """An instructor's PYTEST_ADDOPTS (say --durations, meant for their own test run) or
+    PYTEST_PLUGINS reached the grader's own pytest session, which stopped with a usage
+    error: every test of every student a grader fault. The session is configured by the
+    grader alone."""
+    lab = next(iter(rubric.labs))
+    monkeypatch.setenv(name, value)
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
+        result = grader.grade((paths.KIT / "solutions"), labs=[lab])
+    assert result.score == rubric.labs[lab].max_points
+    import os
+    assert os.environ[name] == value          # the caller's environment is left as it was
+
+
 def test_runner_and_grader_refuse_labs_they_do_not_have(rubric, zygote):
     first, second = list(rubric.labs)[:2]
     with SuiteRunner(rubric=rubric, labs=[first]) as runner, \

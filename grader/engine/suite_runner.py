@@ -15,6 +15,7 @@ always, reached through the ``Session`` given with each submission.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -37,6 +38,15 @@ from grader.errors import RunnerError
 # (warnings are off already; the suites use no caplog or capsys).
 QUIET_PLUGINS = ("-p", "no:unraisableexception", "-p", "no:threadexception",
                  "-p", "no:logging", "-p", "no:faulthandler", "-p", "no:capture")
+
+
+# pytest reads these from the environment when it parses its command line. They belong to
+# whoever runs pytest for their own tests (an instructor's --durations, a CI's plugins):
+# in the grading session they stopped it with a usage error, every test a grader fault.
+PYTEST_ENVIRONMENT = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+# One session parses its command line at a time while those are set aside (os.environ is
+# the process's).
+_PARSING = threading.Lock()
 
 
 def suite_files(lab: str, visibility: tuple[str, ...]) -> list[str]:
@@ -129,14 +139,34 @@ class SuiteRunner:
         # thread is a daemon and ends with the process.
         self.close(wait=exc_type is None)
 
+    # -- the environment pytest reads -------------------------------------------------------
+    _set_aside: dict | None = None
+
+    def _restore_environment(self) -> None:
+        """Put back what ``_main`` set aside, once, and let the next session parse."""
+        if self._set_aside is None:
+            return
+        os.environ.update(self._set_aside)
+        self._set_aside = None
+        _PARSING.release()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config) -> None:
+        """The command line is parsed: the caller's environment is theirs again."""
+        self._restore_environment()
+
     # -- the pytest thread ----------------------------------------------------------------
     def _main(self) -> None:
         try:
             use_solutions(self.solutions)
+            _PARSING.acquire()
+            self._set_aside = {name: os.environ.pop(name) for name in PYTEST_ENVIRONMENT
+                               if name in os.environ}
             self._exit = pytest.main(pytest_args(self.files), plugins=[self.plugin, self])
         except BaseException as exc:  # noqa: BLE001 - reported to the waiting caller
             self._exit = exc
         finally:
+            self._restore_environment()       # if the session stopped before configuring
             self._stopped.set()
             # A job still queued (or one that arrived as the session stopped) never runs.
             while True:
