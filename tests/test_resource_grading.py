@@ -198,3 +198,57 @@ def test_no_cgroup_is_left_behind(report):
     if where is None:
         pytest.skip("no memory cgroup on this machine")
     assert not list(where.parent.glob(f"attention-worker-{os.getpid()}-*"))
+
+
+RACE = b'''
+import mmap
+import threading
+
+SIZE = 48 << 20
+_state = {"calls": 0, "touched": 0}
+
+
+def _cgroup():
+    with open("/proc/self/cgroup") as fh:
+        return fh.read()
+
+
+def _touch(start):
+    region = mmap.mmap(-1, SIZE)
+    _state["region"] = region
+    for offset in range(0, SIZE, 4096):
+        if offset % (64 * 4096) == 0 and _cgroup() != start:
+            break                       # moved into the measured call's group: stop
+        region[offset] = 1
+        _state["touched"] = offset + 4096
+
+
+def work(n):
+    _state["calls"] += 1
+    if _state["calls"] == 1:            # the warm-up: a thread goes on after its reply
+        threading.Thread(target=_touch, args=(_cgroup(),), daemon=True).start()
+        return 0
+    return _state["touched"]
+'''
+
+
+def test_memory_touched_between_the_warm_up_and_the_measured_call_is_counted(zygote):
+    """Re-attack of #26 (a race): a thread left by the warm-up touched pages after the
+    warm-up's memory was read and before the worker was moved into the measured call's
+    cgroup, so they counted nowhere, and the measured call used them for free (a dense
+    chunked_attention passed the memory test 2 runs in 4). What the warm-up left held is
+    read after the measured call: every page touched before the move is in it."""
+    from grader.engine.student import Session, StudentLab
+    from grader.sandbox import make_scratch, memcg
+    if not memcg.available():
+        pytest.skip("no memory cgroup here: the fallback reads resident sizes")
+    scratch = make_scratch({"lab9_race.py": RACE})
+    session = Session(zygote=zygote, submission_dir=scratch.name, forbidden={})
+    try:
+        session.start_test(30.0, lab="lab9_race")
+        got = StudentLab(session, "lab9_race").measure("work", 1, warmup=(0,))
+    finally:
+        session.close()
+        scratch.cleanup()
+    touched = got.value                 # bytes the thread touched before it was moved
+    assert got.kept_bytes + got.peak_bytes >= touched - 2 * 2**20, (touched, got)

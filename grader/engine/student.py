@@ -430,6 +430,11 @@ class Session:
             used = usage.measured(before, after, children_alive=worker.has_children())
             others = self.measuring.used()
             used = replace(used, cpu_s=used.cpu_s + others.cpu_s)
+            if setup is not None and call is not None:
+                # Read again now: pages the worker touched after the warm-up's reply and
+                # before its move into ``call`` (a thread the warm-up left running) stay
+                # charged to ``setup``; read only before, they counted nowhere.
+                warmed = max(warmed, self._memory_now(worker, setup))
             # With a cgroup, the reference workers are in it (its peak is of the sum).
             call_peak = call.peak() if call is not None else used.peak_bytes + others.peak_bytes
             used = replace(used, peak_bytes=usage.charged(
