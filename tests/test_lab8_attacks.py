@@ -103,7 +103,8 @@ def _attack_submission(name: str, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("name", ["atk_lab8_shipped_float16", "atk_lab8_blended_start"])
+@pytest.mark.parametrize("name", ["atk_lab8_shipped_float16", "atk_lab8_blended_start",
+                                  "atk_lab8_silenced_layers_keep_start"])
 def test_weights_not_trained_from_the_grader_start_earn_no_outcome_points(name, rubric, zygote,
                                                                           tmp_path):
     """Weights trained once elsewhere and shipped in the file as float16 (with a forged

@@ -50,6 +50,13 @@ LONGER_LENGTHS = (9, 31)    # up to max_len - 1: reported, not scored
 CHANCE_LOSS = math.log(13)
 LOSS_DROP = 0.25            # the trained loss: at most a quarter of the start's (module doc)
 CORRELATION_MIN = 0.4       # median per-matrix correlation with the grader's start (module doc)
+# Every matrix, not only the median: a file that silenced half the sub-layers (LayerNorm
+# gains and biases at 0, so their matrices can stay exactly at the grader's start: median
+# 1.00) and shipped the other matrices from elsewhere (~0.0) passed the median alone
+# (re-attack of #27, atk_lab8_silenced_layers_keep_start). The reference's lowest matrix is
+# 0.82; a matrix learnt from any other start is ~0.0 (sd 1/sqrt(elements), 0.016 for
+# 64 x 64), and a shipped matrix mixed with the start to pass 0.25 needs ~0.25x of it.
+CORRELATION_FLOOR = 0.25
 HIDDEN_TIERS = (0.5, 0.8, 0.95)     # exact-match fractions of the hidden outcome tests
 
 
@@ -182,6 +189,14 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
             f"{median:.2f}, at least {CORRELATION_MIN:g} expected; training keeps most of the "
             "start): every Seq2SeqTransformer() built in train() starts from weights the grader "
             "draws; train that model, and do not re-initialise or load other weights into it")
+    lowest = min(correlations, key=correlations.get) if correlations else None
+    if lowest is not None and not correlations[lowest] >= CORRELATION_FLOOR:
+        problems.append(
+            f"the returned {lowest} did not come from the start the grader gave train() "
+            f"(its correlation with the grader's initial {lowest} is "
+            f"{correlations[lowest]:.2f}; every weight matrix needs at least "
+            f"{CORRELATION_FLOOR:g}, training keeps much of the start in each): train every "
+            "part of the model as built, and do not load weights into any of it")
     return problems
 
 
