@@ -1072,7 +1072,13 @@ def attacked_course(tmp_path_factory, rubric):
     suite.write_text((paths.SUITES / "hidden" / f"test_{LAB1}.py").read_text()
                      + f"# {canaries['suite']}\n")
     course = root / "course"
-    write_course(course, Course(grading), labs=[LAB1])
+    # The notebooks are the kit's (what students get holds no canary); the config names
+    # the grading machine's course, whose solution and hidden suite carry the canaries.
+    write_course(course, Course(paths.KIT), labs=[LAB1])
+    config = course / "nbgrader_config.py"
+    kit = json.dumps(str(Course(paths.KIT).folder))
+    assert kit in config.read_text()
+    config.write_text(config.read_text().replace(kit, json.dumps(str(grading))))
     env = {**private_jupyter_env(root), "GRADER_COURSE_DIR": str(grading)}
     proc = generate_assignments(course, [LAB1], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
