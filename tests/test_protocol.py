@@ -286,3 +286,20 @@ def test_an_unknown_op_is_refused_on_both_sides(worker):
     assert reply["error"]["type"] == "ValueError" and "unknown op" in reply["error"]["message"]
     with pytest.raises(ReplayError):
         replay(SameCode(), req)
+
+
+def test_plain_takes_numpy_scalars_as_numbers_and_names_what_it_refuses():
+    """A numpy scalar crosses as the Python number it holds (a student's own lab 1 takes
+    np.int64(4) as 4); anything else is refused naming where it was (a call into another
+    lab says which call), never "returned" for an argument."""
+    import numpy as np
+
+    from grader.sandbox.protocol import plain
+
+    value = plain({"n": np.int64(4), "p": np.float32(0.5), "on": np.bool_(True)})
+    assert value == {"n": 4, "p": 0.5, "on": True}
+    assert [type(v) for v in value.values()] == [int, float, bool]
+    with pytest.raises(TypeError, match=r"^lab1_attention.causal_mask was given a set, "):
+        plain([1, {2}], what="lab1_attention.causal_mask was given")
+    with pytest.raises(TypeError, match=r"^returned a ndarray, "):
+        plain(np.zeros(3))

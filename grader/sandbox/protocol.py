@@ -477,12 +477,17 @@ def _grad(fn, module, args: list, kwargs: dict, grad_outputs: list) -> dict:
     }
 
 
-def plain(value, depth: int = 0):
+def plain(value, depth: int = 0, *, what: str = "returned"):
     """``value`` as plain values the wire carries: tensors as detached plain copies (a
-    subclass as its data), tuples, lists, str-keyed dicts, numbers, str, None. Raises
-    TypeError on anything else, or nesting deeper than 8."""
+    subclass as its data), tuples, lists, str-keyed dicts, numbers, str, None; a numpy
+    scalar (``np.int64(4)``, ``np.bool_(True)``) as the Python number it holds. Raises
+    TypeError on anything else ("{what} a ...": "returned" for a reply), or nesting
+    deeper than 8."""
     if depth > 8:
-        raise TypeError("return value nested too deeply")
+        raise TypeError(f"{what} a value nested too deeply")
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 \
+            and hasattr(value, "item"):
+        value = value.item()            # numpy is not imported here: its scalars by duck type
     if isinstance(value, torch.Tensor):
         # A tensor subclass crosses as its plain data; the trusted side rebuilds a plain
         # torch.Tensor from bytes in any case.
@@ -492,12 +497,12 @@ def plain(value, depth: int = 0):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):
-        return tuple(plain(v, depth + 1) for v in value)
+        return tuple(plain(v, depth + 1, what=what) for v in value)
     if isinstance(value, list):
-        return [plain(v, depth + 1) for v in value]
+        return [plain(v, depth + 1, what=what) for v in value]
     if isinstance(value, dict):
-        return {str(k): plain(v, depth + 1) for k, v in value.items()}
-    raise TypeError(f"returned a {type(value).__name__}, which is not a tensor, tuple or number")
+        return {str(k): plain(v, depth + 1, what=what) for k, v in value.items()}
+    raise TypeError(f"{what} a {type(value).__name__}, which is not a tensor, tuple or number")
 
 
 def flat_tensors(value) -> list:
