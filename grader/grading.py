@@ -26,7 +26,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from grader.course import Course
 from grader.errors import GradingIncomplete, SandboxError, SubmissionError, ZipRejected
@@ -44,6 +44,9 @@ if TYPE_CHECKING:   # torch and pytest: imported by ``load_engine`` (see Grader.
 VISIBILITIES = ("public", "hidden")
 TEST_TEXT_CAP = 2048        # characters of a test's message (and of its diagnosis, of a note)
 MAX_NOTES = 16              # notes about a submission (a file found elsewhere, cells left out)
+
+
+T = TypeVar("T")     # what one attempt gives (``retry_with_a_fresh_grader``)
 
 
 class Grader:
@@ -361,6 +364,26 @@ def grade_submission(submission: str | Path, *, course: Course,
         raise
     grader.close()
     return result
+
+
+def retry_with_a_fresh_grader(grader: Grader, new_grader: Callable[[], Grader],
+                              attempt: Callable[[Grader], T],
+                              grader_failed: Callable[[T], bool]) -> tuple[T, Grader]:
+    """``attempt(grader)``, and once more with a fresh Grader (``new_grader()``) when
+    ``grader_failed`` says the outcome is a fault of the grader's own: a broken sandbox or
+    pytest session is never kept for the next try, or for the next submission. The one
+    recovery of every route (a batch's students, Gradescope's labs). Returns the last
+    outcome, which is final (a grader fault twice is reported, never scored), and the
+    Grader to go on with, which the caller keeps."""
+    for tries_left in (1, 0):
+        outcome = attempt(grader)
+        if not grader_failed(outcome):
+            break
+        grader.close(wait=False)        # a test may still hang in it: do not wait
+        grader = new_grader()
+        if not tries_left:
+            break
+    return outcome, grader
 
 
 # What ``load_engine`` imports (a batch's forkserver preloads them: ``grader.batch.pool``).

@@ -78,6 +78,7 @@ SLOW_TESTS = {
         "test_init_makes_a_course_that_validates",
         "test_check_of_a_folder_with_one_lab_notebook_shows_that_lab_only",
         "test_check_prints_the_time_the_student_waited"},
+    "test_fault.py": {"test_a_grader_fault_on_one_lab_is_retried_with_a_fresh_grader_on_gradescope"},
     "test_feedback.py": {"test_feedback_of_dot_titles_the_folder_takes_labs_and_keeps_whole_sentences"},
     "test_cli_outputs.py": {"test_grade_with_a_private_rubric_writes_0600",
                             "test_nbgrader_export_command_skips_stray_files_and_rounds"},

@@ -142,3 +142,75 @@ def test_feedback_says_the_grader_failed_whatever_the_words():
     assert ODD in page and "not your code's doing" in page
     refused = render_feedback_html(failed_result("zed", rubric, ODD, Fault.STUDENT))
     assert ODD in refused and "not your code's doing" not in refused
+
+
+def test_a_grader_fault_on_one_lab_is_retried_with_a_fresh_grader_on_gradescope(
+        tmp_path, monkeypatch):
+    """One recovery for every route (#24 item 2): a fault of the grader's own while a lab is
+    graded is tried once more with a fresh Grader, as a batch does (``pool.grade_with_retry``).
+    On Gradescope the lab used to stay "Not graded: the grader failed" for a fault that a
+    second try grades."""
+    import shutil
+
+    from grader.autograder.gradescope import RunnerConfig, run
+    from grader.grading import Grader
+
+    root = tmp_path / "autograder"
+    (root / "results").mkdir(parents=True)
+    shutil.copytree(paths.KIT, root / "source", ignore=shutil.ignore_patterns(
+        ".git", ".venv", "tests", "docs", "benchmarks", "__pycache__", "*.egg-info"))
+    (root / "submission").mkdir()
+    shutil.copyfile(paths.KIT / "solutions" / "lab1_attention.py",
+                    root / "submission" / "lab1_attention.py")
+    original, graders = Grader.grade, []
+
+    def grade_failing_in_the_first_grader(self, *args, **kwargs):
+        if not graders or graders[0] is self:
+            graders[:1] = [self]
+            raise RuntimeError("the grader's pytest session broke (a transient fault)")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Grader, "grade", grade_failing_in_the_first_grader)
+    assert run(RunnerConfig(root=root, labs=["lab1_attention"], timeout_s=600)) == 0
+    payload = json.loads((root / "results" / "results.json").read_text())
+    assert payload["score"] == load_rubric(paths.KIT / "rubric.yaml").labs[
+        "lab1_attention"].max_points, payload
+    assert all(t["status"] == "passed" for t in payload["tests"]), payload["tests"]
+
+
+def test_the_one_recovery_tries_once_more_with_a_fresh_grader_and_keeps_no_broken_one():
+    """``retry_with_a_fresh_grader``, which a batch and Gradescope share: a grader fault is
+    tried again once on a fresh Grader; a second fault is final; a Grader that failed is
+    closed without waiting and never handed back."""
+    from grader.grading import retry_with_a_fresh_grader
+
+    class FakeGrader:
+        made = 0
+
+        def __init__(self):
+            FakeGrader.made += 1
+            self.number, self.closed = FakeGrader.made, None
+
+        def close(self, wait=True):
+            self.closed = wait
+
+    def run(faults: int):
+        FakeGrader.made = 0
+        seen = []
+
+        def attempt(g):
+            seen.append(g)
+            return "fault" if len(seen) <= faults else "graded"
+
+        outcome, kept = retry_with_a_fresh_grader(FakeGrader(), FakeGrader, attempt,
+                                                  lambda o: o == "fault")
+        return outcome, kept, seen
+
+    outcome, kept, seen = run(faults=0)
+    assert (outcome, [g.number for g in seen], kept.number, kept.closed) == ("graded", [1], 1, None)
+    outcome, kept, seen = run(faults=1)
+    assert (outcome, [g.number for g in seen], kept.number) == ("graded", [1, 2], 2)
+    assert seen[0].closed is False and kept.closed is None
+    outcome, kept, seen = run(faults=2)
+    assert (outcome, [g.number for g in seen], kept.number) == ("fault", [1, 2], 3)
+    assert [g.closed for g in seen] == [False, False] and kept.closed is None

@@ -301,7 +301,7 @@ def run(config: RunnerConfig) -> int:
                       "reached this lab."), started)
     partial.write()
 
-    from grader.grading import Grader
+    from grader.grading import Grader, retry_with_a_fresh_grader
     from grader.sandbox import Limits
 
     def new_grader() -> Grader:
@@ -335,22 +335,23 @@ def run(config: RunnerConfig) -> int:
         # One lab at a time, through the same Grader as every other route, so that each
         # finished lab's results are on disk before the next starts (the watchdog keeps them).
         for lab in labs:
-            try:
-                graded = grader.grade(config.submission, labs=[lab], name="submission")
-            except SubmissionError as exc:
-                say(f"no submission to grade: {exc}")
-                partial.fail_pending(f"Not graded: {exc}", status="no submission",
+            # A fault of the grader's own is tried once more with a fresh Grader, as a
+            # batch does for a student (``retry_with_a_fresh_grader``).
+            graded, grader = retry_with_a_fresh_grader(
+                grader, lambda: new_grader().start(),
+                lambda g, lab=lab: _grade_lab(g, config.submission, lab),
+                lambda outcome: isinstance(outcome, str))
+            if isinstance(graded, SubmissionError):
+                say(f"no submission to grade: {graded}")
+                partial.fail_pending(f"Not graded: {graded}", status="no submission",
                                      fault=Fault.STUDENT)
                 return 1
-            except Exception:  # noqa: BLE001 - one lab's grader failure must not lose the rest
-                say(f"{lab}: the grader failed:\n{traceback.format_exc()}")
+            if isinstance(graded, str):     # the grader failed twice: one lab, not the rest
+                say(f"{lab}: the grader failed:\n{graded}")
                 partial.replace_lab(pending_result(
                     rubric, [lab], "Not graded: the grader failed on this lab. "
                     + STAFF_PROBLEM).labs[0])
                 partial.fail(f"grader error in {lab}", Fault.GRADER)
-                if not grader.alive:
-                    grader.close()
-                    grader = new_grader().start()
                 continue
             lab_result = graded.labs[0]
             say(f"{lab}: {lab_result.score:g}/{lab_result.max_score:g} "
@@ -372,6 +373,19 @@ def run(config: RunnerConfig) -> int:
     say(f"total: {result.score:g}/{result.max_score:g} in {result.execution_time:.1f} s; "
         f"wrote {config.results}")
     return 0
+
+
+def _grade_lab(grader, submission: Path, lab: str):
+    """One lab's ``SubmissionResult``; the ``SubmissionError`` that stops the run (no
+    submission); or, for a failure of the grader's own, its traceback as text."""
+    from grader.errors import SubmissionError
+
+    try:
+        return grader.grade(submission, labs=[lab], name="submission")
+    except SubmissionError as exc:
+        return exc
+    except Exception:  # noqa: BLE001 - one lab's grader failure must not lose the rest
+        return traceback.format_exc()
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from grader.course import Course
 from grader.errors import BatchError, SubmissionError, ZipRejected
-from grader.grading import ENGINE_MODULES, Grader
+from grader.grading import ENGINE_MODULES, Grader, retry_with_a_fresh_grader
 from grader.intake.zips import unpack_zip
 from grader.outputs.atomic import atomic_write_text, use_output_mode
 from grader.outputs.gradebook import failed_result
@@ -173,13 +173,10 @@ def grade_with_retry(task: dict, *, grader: Grader, course: Course, scored: Rubr
     """``grade_task``; on a fault of the grader's own, once more with a fresh Grader (which
     is returned: the caller keeps it). If it fails again the student stays marked "grading
     failed" (no fingerprint: the next run grades them again); never a score."""
-    for _attempt in range(2):
-        reply = grade_task(task, rubric=scored, out=out, grader=grader, labs=labs)
-        if not reply.pop("restart"):
-            break
-        grader.close(wait=False)
-        grader = _start_grader(course, slot, labs)
-    return reply, grader
+    return retry_with_a_fresh_grader(
+        grader, lambda: _start_grader(course, slot, labs),
+        lambda g: grade_task(task, rubric=scored, out=out, grader=g, labs=labs),
+        lambda reply: reply.pop("restart"))
 
 
 def _grading_process(slot: int, conn, course: Course, out: Path,
