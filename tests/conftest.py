@@ -87,6 +87,7 @@ SLOW_TESTS = {
     "test_notebooks.py": {"test_cli_grade_accepts_a_notebook_and_names_a_broken_one",
                           "test_kernel_side_grader_handles_history_and_lab_dependencies"},
     "test_sandbox.py": {"test_a_launched_zygote_is_waited_for_once_and_reports_its_start",
+                        "test_two_zygotes_alive_on_one_machine_never_share_a_slot",
                         "test_a_zygote_launched_but_never_started_is_closed_cleanly"},
 }
 

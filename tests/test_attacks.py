@@ -507,7 +507,7 @@ def test_attack_is_contained(name, rubric, attack_zygote, env, secrets):
     messages = json.dumps(result.to_dict())
     assert_no_leak(text + messages, env, secrets, "the report")
     assert len(text) < 400_000, "output must be capped"
-    uid = SLOT_UID_BASE + SLOT if os.geteuid() == 0 else None
+    uid = SLOT_UID_BASE + attack_zygote.slot if os.geteuid() == 0 else None
     assert leftovers(zygote.pids, expect.get("process_names", ()), uid) == []
     check_harmless(env, before, protected, expect)
     n_tests = sum(len(rub.labs[lab].tests) for lab in labs)

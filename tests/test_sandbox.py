@@ -216,10 +216,11 @@ def test_wire_deadline_covers_a_trickled_frame():
 
 # ------------------------------------------------------------------------------ isolation
 
-def test_worker_runs_unprivileged_with_a_clean_environment(worker, mode, monkeypatch):
+def test_worker_runs_unprivileged_with_a_clean_environment(worker, zyg, mode, monkeypatch):
     info = call(worker, "ids")
     if os.geteuid() == 0:
-        assert info["uid"] == info["euid"] == SLOT_UID_BASE + SLOT
+        # The slot the zygote holds (SLOT, or the next free one: zygotes never share one).
+        assert info["uid"] == info["euid"] == SLOT_UID_BASE + zyg.slot
         assert info["groups"] == []
     else:
         assert info["uid"] == os.getuid()
@@ -805,3 +806,33 @@ def test_memory_that_rlimit_as_does_not_count_is_refused(zyg):
         scratch.cleanup()
     assert got == {"shmget": "refused", "msgget": "refused", "semget": "refused",
                    "memfd_create": "refused"}, got
+
+
+def test_two_zygotes_alive_on_one_machine_never_share_a_slot(scratch):
+    """A slot is a sandbox's own uid as root, and RLIMIT_NPROC counts a uid's tasks over
+    the whole machine: two graders on one machine (a TA's ``grader grade`` beside a batch,
+    two batches) asking for the same slot shared one budget of 16 tasks, and a worker's
+    thread could fail for what another grader's workers held. A zygote holds its slot
+    while it lives: the second gets another, and the slot is free again after close."""
+    first = Zygote(forbidden=FORBIDDEN, slot=SLOT, many_workers=False)
+    second = Zygote(forbidden=FORBIDDEN, slot=SLOT, many_workers=False)
+    try:
+        first.start()
+        second.start()
+        # SLOT itself may be held by this module's other zygotes: the next free ones.
+        assert SLOT <= first.slot < second.slot
+        for z in (first, second):
+            w = z.spawn(submission=scratch, lab=LAB, forbidden=[])
+            try:
+                assert call(w, "echo", torch.arange(2)).tolist() == [0, 1]
+            finally:
+                w.kill()
+    finally:
+        second.close()
+        first.close()
+    third = Zygote(forbidden=FORBIDDEN, slot=first.slot, many_workers=False)
+    try:
+        third.launch()
+        assert third.slot == first.slot         # free again once its zygote closed
+    finally:
+        third.close()

@@ -12,7 +12,7 @@ How it runs:
 - The rest go, one student at a time, to N grading processes. They come from a
   'forkserver' that has imported torch and the engine (never a fork of a process that ran
   torch ops), so torch is imported once per batch, and each keeps its own sandbox zygote
-  (``Zygote(slot=i)``, so concurrent workers get distinct uids). It grades with
+  (``Zygote(slot=i)``, held while it lives, so no two zygotes on the machine share a uid). It grades with
   ``grading.Grader``, the engine of ``grader grade``, and writes ``results.json`` and then
   ``fingerprint.json``, both atomically, before it reports back a one-line status. Results
   are never collected in memory.

@@ -2,7 +2,7 @@
 
 The processes come from a 'forkserver' that has imported torch and the engine (never a fork
 of a process that ran torch ops), so torch is imported once per batch; each keeps one
-``grading.Grader`` (its own sandbox zygote, ``slot=i`` so concurrent workers get distinct
+``grading.Grader`` (its own sandbox zygote, ``slot=i`` or the next free one, so no two zygotes share
 uids, and one pytest session). A student's ``results.json``, ``feedback.html`` and then
 ``fingerprint.json`` are written atomically by the process that graded them, before it
 reports back a one-line status. A process that dies or overruns the student's time budget

@@ -14,6 +14,7 @@ then ``start`` waits for the zygote's hello. ``grader check`` saves ~1.5 s that 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -33,7 +34,29 @@ if TYPE_CHECKING:     # channel needs torch (the wire): imported when a worker i
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 SLOT_UID_BASE = 61000   # root mode: slot n runs as uid 61000 + n
+SLOTS = 1000            # slots a machine's zygotes choose from
 START_TIMEOUT_S = 60.0
+
+
+def claim_slot(preferred: int = 0) -> tuple[int, int]:
+    """A sandbox slot that no other zygote on this machine holds: ``preferred`` if it is
+    free, else the next free one. Returns (the slot, the fd of its lock: held until closed,
+    and released by the kernel if this process dies). A slot is the workers' own uid as
+    root, and RLIMIT_NPROC counts a uid's tasks over the whole machine: two graders with
+    one slot (a TA's ``grader grade`` beside a batch) would share one task budget."""
+    folder = Path(tempfile.gettempdir())
+    for slot in [*range(preferred, SLOTS), *range(0, min(preferred, SLOTS))]:
+        try:
+            fd = os.open(folder / f"grader-slot-{slot}.lock", os.O_RDWR | os.O_CREAT
+                         | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue                    # another user's lock file
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return slot, fd
+        except OSError:
+            os.close(fd)
+    raise SandboxError(f"no free sandbox slot on this machine ({SLOTS} zygotes alive?)")
 
 
 @dataclass
@@ -90,6 +113,8 @@ def hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
 class Zygote:
     """A torch-loaded zygote process; ``spawn`` forks a locked-down worker from it."""
     forbidden: tuple[str, ...] = ()
+    # The slot asked for (a uid of its own as root); from ``launch`` the one held while the
+    # zygote lives: this one, or the next free one if another zygote holds it (``claim_slot``).
     slot: int = 0
     mode: str = "auto"
     limits: Limits = field(default_factory=Limits)
@@ -108,6 +133,7 @@ class Zygote:
     _control: socket.socket | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _probe_dir: str | None = None   # launched, its hello not read yet (``start``)
+    _slot_lock: int | None = None   # the fd that holds ``slot`` while the zygote lives
 
     def launch(self) -> "Zygote":
         """Start the zygote's process and send its hello, without waiting for its answer.
@@ -119,6 +145,10 @@ class Zygote:
         if self._probe_dir is not None or (self._control is not None and self.alive):
             return self
         self._drop_process()        # one that has ended: its socket and process go first
+        if self._slot_lock is None:
+            # ``slot`` is the one asked for; the zygote takes the next free one if another
+            # zygote on this machine holds it (``claim_slot``).
+            self.slot, self._slot_lock = claim_slot(self.slot)
         if self.mode == "auto":
             # GRADER_SANDBOX_MODE=root|userns|plain forces a mode (tests, odd platforms).
             forced = os.environ.get("GRADER_SANDBOX_MODE", "auto")
@@ -257,6 +287,9 @@ class Zygote:
     def close(self) -> None:
         self._drop_process()
         self._remove_probe_dir()
+        if self._slot_lock is not None:
+            os.close(self._slot_lock)       # the slot is free for the next zygote
+            self._slot_lock = None
 
     def _drop_process(self) -> None:
         if self._control is not None:
