@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from grader.errors import UsageError
@@ -48,7 +49,28 @@ def course_secret(course: str | Path) -> bytes:
 
 
 def _create(path: Path) -> str:
+    """A new secret, published whole: written to a private file beside ``path``, then
+    linked to it (which fails if it exists), so that a process reading ``path`` never sees
+    it half-written. If another process published one first, that one is used."""
     text = secrets.token_hex(SECRET_BYTES)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:      # another process published one first: use theirs
+            return path.read_text(encoding="ascii").strip()
+        except OSError:              # a file system without hard links: create it in place
+            return _create_in_place(path, text)
+    finally:
+        os.unlink(tmp)
+    return text
+
+
+def _create_in_place(path: Path, text: str) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:          # another process made it first: use theirs

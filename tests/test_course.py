@@ -170,3 +170,40 @@ def test_nbgrader_config_names_the_course_it_was_built_from(tmp_path, monkeypatc
     monkeypatch.setenv("GRADER_COURSE_DIR", str(tmp_path / "elsewhere"))
     config = course_files(Course(a), labs=["lab1_attention"])[CONFIG_FILE]
     assert f"c.SandboxedGrades.course = {json.dumps(str(a.resolve()))}\n" in config
+
+
+def test_graders_starting_together_on_a_new_course_read_one_whole_secret(tmp_path):
+    """Processes that need a new course's secret at the same moment (a batch's grading
+    processes, parallel test workers on a fresh clone) all get the same one, and none reads
+    it half-written: the file is complete from the moment it exists."""
+    import os
+    import time
+
+    from grader.secret import course_secret
+
+    for attempt in range(12):
+        course = tmp_path / f"course{attempt}"
+        course.mkdir()
+        start = time.monotonic() + 0.2
+        children = []
+        for _ in range(8):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:                                    # a child: read it, report, leave
+                os.close(read)
+                try:
+                    while time.monotonic() < start:
+                        pass
+                    answer = course_secret(course).hex()
+                except Exception as exc:  # noqa: BLE001 - reported to the parent as text
+                    answer = f"{type(exc).__name__}: {exc}"
+                os.write(write, answer.encode())
+                os._exit(0)
+            os.close(write)
+            children.append((pid, read))
+        answers = set()
+        for pid, read in children:
+            with os.fdopen(read, "rb") as fh:
+                answers.add(fh.read().decode())
+            os.waitpid(pid, 0)
+        assert len(answers) == 1 and len(next(iter(answers))) == 64, answers
