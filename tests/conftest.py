@@ -95,6 +95,10 @@ SLOW_TESTS = {
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.path.name
+        if _shares_a_fixture_with_its_module(item):
+            # Its module's tests share what the fixture built (a graded class, a zygote per
+            # mode): one test process runs them all, so it is built once (--dist loadgroup).
+            item.add_marker(pytest.mark.xdist_group(module))
         if module == "test_attacks.py":
             item.add_marker(pytest.mark.attacks)
         function = getattr(item, "originalname", item.name)
@@ -104,6 +108,16 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("mode") == "root" or item.get_closest_marker("root"):
             item.add_marker(pytest.mark.root)
+
+
+def _shares_a_fixture_with_its_module(item) -> bool:
+    """Whether ``item`` uses a fixture built once for many tests but fewer than the whole
+    session (module, class or package scope)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if any(d.scope in ("module", "class", "package") for d in defs):
+            return True
+    return False
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -193,9 +193,10 @@ def test_layer_gradients_match_reference(student, tol, gen):
 
 GEN_CFG = (64, 128, 4, 512, 2, 272)   # vocab, d_model, heads, d_ff, layers, max_len
 GEN_NEW = 256                         # new tokens
+GEN_CHECK = 16                        # new tokens of the values check before the measured run
 
 
-def test_generate_work_per_new_token(student, gen, budget):
+def test_generate_work_per_new_token(student, gen, budget, tol):
     """generate(prompt (2, 8), 256) on a DecoderLM of d_model 128: each new token costs one
     step over the cache (O(1) tokens through the layers), so the whole call costs about what
     the course's reference costs on the same model and prompt, measured beside it by the
@@ -207,6 +208,18 @@ def test_generate_work_per_new_token(student, gen, budget):
     prompt = random_tokens(gen, GEN_CFG[0], 2, 8)
     lm = student.module("DecoderLM", *GEN_CFG)
     lm.load_state_dict(sd)
+    # The values first, on a short run: a wrong cache fails here, where finding which
+    # mistake it is replays 16 tokens, not 256.
+    short = lm.method("generate", prompt, GEN_CHECK)
+    ref_tokens, ref_logits = greedy_reference(sd, GEN_CFG, prompt, GEN_CHECK)
+    assert_true(isinstance(short, torch.Tensor) and tuple(short.shape) == (2, 8 + GEN_CHECK)
+                and short.dtype == torch.int64,
+                f"generate(prompt (2, 8), {GEN_CHECK}) must return a long tensor of shape "
+                f"(2, {8 + GEN_CHECK})")
+    assert_true(greedy_divergence(short, ref_tokens, ref_logits, 8, tol) is None,
+                "a generated token is not the argmax of the parallel forward over the same "
+                "prefix: feed only the newest token, at position = the cache's length, with "
+                "the cache the step before returned")
     m = lm.measure("generate", prompt, GEN_NEW, warmup="alike")
     ref = lm.measure("generate", prompt, GEN_NEW, warmup="alike", reference=True)
     assert_true(isinstance(m.value, torch.Tensor) and tuple(m.value.shape) == (2, 8 + GEN_NEW)
