@@ -52,35 +52,51 @@ def diagnosable(exc: BaseException) -> bool:
 
 def diagnose(lab: str, test: str, exc: BaseException, calls: list, tol,
              budget_s: float = TIME_BUDGET_S) -> str:
-    """``"<name>: <hint>"`` of the first catalogued mistake the calls show, or ``""``
-    (also when anything goes wrong: the diagnosis never breaks grading)."""
+    """``"<name>: <hint>"`` of the one catalogued mistake the calls show, or ``""`` (also
+    when they fit several, and when anything goes wrong: the diagnosis never breaks
+    grading)."""
     try:
         ctx = _context(lab, test, exc, calls, tol)
-        return "" if ctx is None else _diagnose(ctx, budget_s)
+        found = [] if ctx is None else _diagnose(ctx, budget_s)
+        return found[0] if len(found) == 1 else ""
     except Exception:  # noqa: BLE001
         return ""
 
 
-def _diagnose(ctx: Context, budget_s: float) -> str:
+def _diagnose(ctx: Context, budget_s: float) -> list[str]:
+    """The diagnoses of every catalogued mistake the calls fit, in the catalogue's order
+    (within the budget). More than one: these calls cannot tell them apart."""
     from grader.mistakes import catalogue
     deadline = time.thread_time() + budget_s
+    found = []
     with _one_thread():
         for mistake in catalogue(ctx.lab):
             if time.thread_time() > deadline:
                 break
             try:
                 if mistake.matches(ctx):
-                    return mistake.diagnosis
+                    found.append(mistake.diagnosis)
             except Exception:  # noqa: BLE001 - a mistake that cannot judge these calls: no
                 continue
-    return ""
+    return found
 
 
 def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
             hidden: bool, budget=None) -> tuple[str, list]:
     """(diagnosis, pictures) for a failed test; never raises. Hidden tests get no pictures.
-    ``budget`` (a resource test's rubric budget) asks for the curve of what was measured."""
-    diagnosis, pics = "", []
+    ``budget`` (a resource test's rubric budget) asks for the curve of what was measured.
+    The diagnosis is the one catalogued mistake the calls fit ("" if they fit several:
+    ``examine_candidates`` gives them all)."""
+    found, pics = examine_candidates(lab=lab, test=test, exc=exc, calls=calls, tol=tol,
+                                     hidden=hidden, budget=budget)
+    return (found[0] if len(found) == 1 else ""), pics
+
+
+def examine_candidates(*, lab: str, test: str, exc: BaseException, calls: list, tol,
+                       hidden: bool, budget=None) -> tuple[list[str], list]:
+    """``examine``, with every catalogued mistake the calls fit (diagnoses, in the
+    catalogue's order) in place of the one; never raises."""
+    diagnosis, pics = [], []
     curve = None
     if not hidden and budget is not None:   # no reference needed: in a release too
         try:
@@ -95,7 +111,7 @@ def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
                 try:
                     diagnosis = _diagnose(ctx, TIME_BUDGET_S)
                 except Exception:  # noqa: BLE001 - never let feedback break grading
-                    diagnosis = ""
+                    diagnosis = []
             if curve is not None:
                 return diagnosis, [curve]
             sources = PICTURE_SOURCES.get(lab)
@@ -105,7 +121,7 @@ def examine(*, lab: str, test: str, exc: BaseException, calls: list, tol,
                 except Exception:  # noqa: BLE001
                     pics = []
     except Exception:  # noqa: BLE001
-        return "", [curve] if curve is not None else []
+        return [], [curve] if curve is not None else []
     return diagnosis, pics
 
 

@@ -911,3 +911,40 @@ def test_feedback_of_dot_titles_the_folder_takes_labs_and_keeps_whole_sentences(
         if fn is not None:
             assert html.unescape(desc) == _first_paragraph(fn.__doc__), name
     assert "Pictures show" not in page
+
+
+def test_calls_that_fit_two_mistakes_name_neither(monkeypatch):
+    """Never a guess: when a test's calls fit two catalogued mistakes (a greedy decoding on
+    weights a fresh course secret drew fitted "PAD keys not masked" and "cross-attention
+    keys from the decoder"), the test alone names none of them."""
+    class Fits(Mistake):
+        def matches(self, ctx):
+            return True
+
+    import grader.mistakes as mistakes
+    monkeypatch.setitem(mistakes._catalogues, "lab1_attention",
+                        [Fits(id="a", name="first", hint="h"), Fits(id="b", name="second", hint="h")])
+    q = torch.randn(1, 2, 4)
+    call = _sdpa_call(q, q, q, value=(q, q))
+    assert diagnose("lab1_attention", "t", Mismatch("x"), [call], TOL) == ""
+
+
+def test_an_ambiguous_test_takes_the_name_its_lab_settles():
+    """After a run, a failed test whose calls fit several mistakes names the one another
+    failed test of its lab names alone; with none (or several) named, it stays silent."""
+    from grader.engine.plugin import GradingPlugin
+    from grader.results import TestResult
+
+    def result(lab, name, diagnosis=""):
+        return TestResult(lab=lab, name=name, description="", visibility="hidden", max_score=1,
+                          passed=False, diagnosis=diagnosis)
+
+    plugin = GradingPlugin(rubric=None, session=None)
+    alone, both, neither, elsewhere = (result("lab8", "t1", "pad: h"), result("lab8", "t2"),
+                                       result("lab8", "t3"), result("lab7", "t4"))
+    plugin.outcomes = [alone, both, neither, elsewhere]
+    plugin.ambiguous = [(both, ["cross: h", "pad: h"]), (neither, ["cross: h", "other: h"]),
+                        (elsewhere, ["pad: h", "cross: h"])]
+    plugin.settle_diagnoses()
+    assert [t.diagnosis for t in plugin.outcomes] == ["pad: h", "pad: h", "", ""]
+    assert plugin.ambiguous == []

@@ -72,6 +72,9 @@ class GradingPlugin:
         self.session = session
         self.outcomes: list[TestResult] = []     # one per test case
         self.collection_errors: list[str] = []
+        # Failed tests of this run whose calls fit several catalogued mistakes, with them
+        # (``settle_diagnoses``).
+        self.ambiguous: list[tuple[TestResult, list[str]]] = []
 
     # -- fixtures -------------------------------------------------------------------------
     # ``pytest_runtest_setup`` below hands these values to each test directly; the fixtures
@@ -173,11 +176,13 @@ class GradingPlugin:
             hidden = visibility_of(item) == "hidden"
             description = test_description(item.function.__doc__)
             message, diagnosis, artifacts = "", "", []
+            candidates: list[str] = []
             if report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
                                            stdout=self.session.last_stdout)
                 if report.when == "call":
-                    diagnosis, artifacts = self._diagnose(item, call.excinfo.value, hidden)
+                    candidates, artifacts = self._diagnose(item, call.excinfo.value, hidden)
+                    diagnosis = candidates[0] if len(candidates) == 1 else ""
                 if diagnosis and isinstance(call.excinfo.value, Mismatch):
                     message = call.excinfo.value.without_hint(message)
             elif report.skipped:
@@ -187,13 +192,30 @@ class GradingPlugin:
                 # What the test reports on a pass (lab 8: the training's figures).
                 message = str(dict(item.user_properties).get(REPORT_PROPERTY, ""))[:2000]
             callspec = getattr(item, "callspec", None)
-            self.outcomes.append(TestResult(
+            result = TestResult(
                 lab=lab_of(item), name=item.originalname, case=callspec.id if callspec else "",
                 visibility=visibility_of(item), max_score=self._rubric_test(item).points,
                 passed=report.passed and report.when == "call", message=message,
                 duration_s=report.duration, description=description, diagnosis=diagnosis,
                 artifacts=artifacts,
-            ))
+            )
+            self.outcomes.append(result)
+            if report.failed and report.when == "call" and len(candidates) > 1:
+                self.ambiguous.append((result, candidates))
+
+    def settle_diagnoses(self) -> None:
+        """After a run: a failed test whose calls fit several catalogued mistakes names the
+        one of them that another failed test of its lab names alone, else none (never a
+        guess: a greedy decoding on weights the secret drew fitted two mistakes)."""
+        named: dict[str, set[str]] = {}
+        for t in self.outcomes:
+            if t.diagnosis:
+                named.setdefault(t.lab, set()).add(t.diagnosis)
+        for result, candidates in self.ambiguous:
+            fits = [c for c in candidates if c in named.get(result.lab, ())]
+            if len(fits) == 1:
+                result.diagnosis = fits[0]
+        self.ambiguous = []
 
     def _passed_pictures(self, item) -> list:
         """A passed public training test's loss curve (lab 8's ``model.loss_history``, the
@@ -208,12 +230,14 @@ class GradingPlugin:
         except Exception:  # noqa: BLE001 - feedback must never break grading
             return []
 
-    def _diagnose(self, item, exc: BaseException, hidden: bool) -> tuple[str, list]:
-        """The named mistake (and, for public tests, pictures) of a failed test; never raises."""
+    def _diagnose(self, item, exc: BaseException, hidden: bool) -> tuple[list[str], list]:
+        """The catalogued mistakes a failed test's calls fit (and, for public tests,
+        pictures); never raises."""
         try:
-            from grader.diagnose import examine
-            return examine(lab=lab_of(item), test=item.originalname, exc=exc,
-                           calls=list(self.session.calls), tol=self._rubric_test(item).tolerance,
-                           hidden=hidden, budget=self._rubric_test(item).budget)
+            from grader.diagnose import examine_candidates
+            return examine_candidates(
+                lab=lab_of(item), test=item.originalname, exc=exc,
+                calls=list(self.session.calls), tol=self._rubric_test(item).tolerance,
+                hidden=hidden, budget=self._rubric_test(item).budget)
         except Exception:  # noqa: BLE001 - feedback must never break grading
-            return "", []
+            return [], []

@@ -188,11 +188,12 @@ class SuiteRunner:
             try:
                 use_solutions(self.solutions)
                 self.plugin.session = job.session
-                self.plugin.outcomes = []
+                self.plugin.outcomes, self.plugin.ambiguous = [], []
                 items = [item for lab in job.labs for item in by_lab.get(lab, [])]
                 for i, item in enumerate(items):
                     nextitem = items[i + 1] if i + 1 < len(items) else None
                     item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+                self.plugin.settle_diagnoses()
                 job.outcomes = self.plugin.outcomes
                 job.collection_errors = [e for e in self.plugin.collection_errors
                                          if any(f"test_{lab}.py" in e for lab in job.labs)]
