@@ -292,7 +292,9 @@ def child(check_args_json: str, t0: float, timeline_path: str) -> int:
         elif name == "grader.grading":
             m.Grader._grade_clean = timed(m.Grader._grade_clean, "grading_start", "grading_end")
         elif name == "grader.diagnose":
-            m.examine = timed(m.examine, None, None, total="diagnoses_s", count="diagnoses")
+            # The grading plugin's entry into the diagnosis (``examine`` wraps it).
+            m.examine_candidates = timed(m.examine_candidates, None, None, total="diagnoses_s",
+                                         count="diagnoses")
         elif name == "grader.outputs.terminal":
             m.render_table = timed(m.render_table, "output_start", "output_end")
         elif name == "grader.cli.check":
