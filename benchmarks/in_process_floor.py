@@ -284,7 +284,7 @@ def per_lab(spent: dict, lab_code: dict | None, repeat: int) -> dict:
         labs[lab]["cpu_s"] += seconds / repeat
         tests.setdefault(lab, {})[test] = [seconds / repeat, None]
     for (lab, test), seconds in (lab_code or {}).items():
-        if lab in labs:
+        if lab in labs and (lab, test) in spent:        # not a warm-up's (no clock then)
             labs[lab]["lab_code_s"] += seconds / repeat
             tests[lab].setdefault(test, [0.0, None])[1] = seconds / repeat
     top = {lab: [{"test": test, "cpu_s": cpu, "lab_code_s": code}
@@ -292,6 +292,8 @@ def per_lab(spent: dict, lab_code: dict | None, repeat: int) -> dict:
                  [:TOP_TESTS]]
            for lab, by_test in tests.items()}
     return {"by_lab": labs, "outside_labs_cpu_s": spent.get((OUTSIDE, ""), 0.0) / repeat,
+            "outside_labs_lab_code_s": (None if lab_code is None
+                                        else lab_code.get((OUTSIDE, ""), 0.0) / repeat),
             "top_tests": top}
 
 
