@@ -81,10 +81,11 @@ def test_floor_measures_both_ways_in_alternation(floor, rubric, zygote):
         + got["in_process"]["outside_labs_lab_code_s"]
     assert code_parts == pytest.approx(lab_code, abs=1e-9)
     # Lab 8's training as its worker's accounting gave it: only sandboxed (in-process the
-    # worker's reading is of an idle process), and part of lab 8's time.
-    trained = got["sandboxed"]["training_cpu_s"]
+    # worker's reading is of an idle process). Not compared with lab 8's time: in these
+    # tests one training serves every grading of the same lab file (conftest's
+    # trainings_shared_across_identical_labs).
+    assert got["sandboxed"]["training_cpu_s"] > 0
     assert got["in_process"]["training_cpu_s"] is None
-    assert 0 < trained < got["sandboxed"]["by_lab"]["lab8_train_transformer"]["cpu_s"]
 
 
 def test_in_process_worker_reports_a_missing_name_as_the_worker_does(floor):

@@ -21,7 +21,6 @@ import gc
 import json
 import multiprocessing
 import os
-import resource
 import signal
 import tempfile
 import time
@@ -70,19 +69,6 @@ def write_student(out: Path, student: str, result, fingerprint: dict | None) -> 
     write_feedback_html(result, folder / "feedback.html")
     if fingerprint is not None:
         atomic_write_text(folder / "fingerprint.json", json.dumps(fingerprint, indent=2) + "\n")
-
-
-def cpu_seconds(sandbox_pid: int | None) -> float:
-    """CPU time of this process, plus its zygote's and the workers the zygote has reaped."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    total = usage.ru_utime + usage.ru_stime
-    pid = sandbox_pid
-    with contextlib.suppress(OSError, ValueError, IndexError, TypeError):
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        # utime, stime, cutime, cstime (fields 14-17 of proc(5)), in clock ticks
-        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def resident_mb() -> float:
