@@ -53,22 +53,23 @@ class LabClock:
 
     ``sandbox_pid``: the zygote (None: no sandbox process, as in the in-process floor of
     ``benchmarks/in_process_floor.py``). ``by_test``: charge each test apart (else a switch
-    within the same lab is a no-op: a batch wants labs, and a reading costs ~0.1 ms).
+    within the same lab is a no-op: a batch wants labs, and a reading costs ~0.1-0.5 ms).
     """
 
     def __init__(self, sandbox_pid: int | None, *, by_test: bool = False):
         self.sandbox_pid = sandbox_pid
         self.by_test = by_test
-        self._watched: dict[int, str] = {}        # pid -> its start time (a reused pid is not it)
+        # pid -> (its start time: a reused pid is not it; whether it reaps a watched one)
+        self._watched: dict[int, tuple[str, bool]] = {}
         self.key: tuple[str, str] = (OUTSIDE, "")
         self.spent: dict[tuple[str, str], float] = {}
         self._last = self.reading()
 
-    def watch(self, *pids: int | None) -> None:
-        """Count these processes (a worker and its keeper) until they are reaped."""
-        for pid in pids:
+    def watch(self, worker: int | None, *, keeper: int | None = None) -> None:
+        """Count this worker (and the keeper that reaps it) until they are reaped."""
+        for pid, reaps in ((worker, False), (keeper, True)):
             if pid and pid not in self._watched and (got := _stat(pid)) is not None:
-                self._watched[pid] = got[2]
+                self._watched[pid] = (got[2], reaps)
 
     @property
     def unreaped(self) -> int:
@@ -96,28 +97,34 @@ class LabClock:
 
     def reading(self) -> float:
         """CPU seconds so far of this process and the sandbox's processes (see the module)."""
+        reapers = [self.sandbox_pid, *(p for p, (_, reaps) in self._watched.items() if reaps)]
+        workers = [p for p, (_, reaps) in self._watched.items() if not reaps]
         for _ in range(8):
-            _, seen_before = self._pass()
-            total, seen = self._pass()
-            # A process reaped between the two passes moved its time into its parent's
-            # account: read again until both passes saw the same processes and accounts.
-            if seen == seen_before:
+            _, reaped_before = self._read(reapers)
+            worker_ticks, seen = self._read(workers)
+            reaper_ticks, reaped = self._read(reapers)
+            # A worker reaped while it was being read moved its time into its reaper's
+            # account (or a keeper into the zygote's): read again until the reapers'
+            # accounts of reaped children stood still around the workers' reading.
+            if reaped == reaped_before:
                 break
-        for pid in [p for p in self._watched if p not in seen]:
+        for pid in [p for p in self._watched if p not in seen and p not in reaped]:
             del self._watched[pid]                  # reaped: its time is its parent's now
-        return total
+        return _own_cpu_s() + (worker_ticks + reaper_ticks) * TICK_S
 
-    def _pass(self) -> tuple[float, dict[int, int]]:
+    def _read(self, pids: list[int | None]) -> tuple[int, dict[int, int]]:
+        """Ticks of ``pids`` with their reaped children's, and pid -> the latter, of those
+        still there."""
         ticks, seen = 0, {}
-        for pid in [self.sandbox_pid, *self._watched]:
+        for pid in pids:
             if pid is None:
                 continue
             got = _stat(pid)
-            if got is None or (pid in self._watched and got[2] != self._watched[pid]):
+            if got is None or (pid in self._watched and got[2] != self._watched[pid][0]):
                 continue
             ticks += got[0] + got[1]
             seen[pid] = got[1]
-        return _own_cpu_s() + ticks * TICK_S, seen
+        return ticks, seen
 
 
 def by_lab(spent: dict[tuple[str, str], float]) -> dict[str, float]:

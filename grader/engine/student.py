@@ -312,7 +312,7 @@ class Session:
     def _watch(self, worker: Worker) -> None:
         """The clock counts ``worker`` (and its keeper) until they are reaped."""
         if self.clock is not None:
-            self.clock.watch(worker.pid, getattr(worker, "keeper", None))
+            self.clock.watch(worker.pid, keeper=getattr(worker, "keeper", None))
 
     def _send(self, lab: str, req: dict):
         remaining = self.deadline - time.monotonic()
