@@ -160,7 +160,8 @@ def children_cpu_s() -> float:
 # ------------------------------------------------------------------------- (b) nbgrader
 
 def nbgrader_autograde(work: Path, n_students: int) -> dict | str:
-    """Seconds per student for ``nbgrader autograde`` of every lab; or why not measured."""
+    """Seconds and CPU-seconds per student for ``nbgrader autograde`` of every lab, and of
+    each lab (one autograde each); or why not measured."""
     try:
         import nbgrader  # noqa: F401
     except ImportError as exc:
