@@ -18,9 +18,14 @@ only the instructor's solutions (trusted code), never a submission, and lives he
 ``grader``, so that the grader has no way to run a lab module in its own process.
 
 Prints one JSON object: CPU seconds per submission for each way, the part spent in the
-lab code itself, the scores, and whether both ways gave the same report. A shared VM's
-speed drifts (by up to 1.5x over minutes here): the two ways are measured in alternation, so
-their ratio holds even when the absolute figures move.
+lab code itself, the scores, and whether both ways gave the same report; and the same per
+lab (``by_lab``: each lab's import probe, tests and workers, timed by
+``grader.engine.lab_clock`` as a batch times them; ``outside_labs_cpu_s``: sanitizing and
+scoring; they add up to the total), the costliest tests of each lab (``top_tests``), and
+lab 8's training as its worker's kernel accounting reports it to the student
+(``training_cpu_s``; sandboxed only: in-process the training runs in this process). A
+shared VM's speed drifts (by up to 1.5x over minutes here): the two ways are measured in
+alternation, so their ratio holds even when the absolute figures move.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import argparse
 import functools
 import importlib
 import json
-import resource
+import re
 import sys
 import subprocess
 import time
@@ -40,7 +45,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from grader import paths  # noqa: E402
 from grader.course import Course  # noqa: E402
-from grader.batch.pool import cpu_seconds  # noqa: E402
+from grader.engine.lab_clock import OUTSIDE, LabClock  # noqa: E402
 from grader.grading import Grader  # noqa: E402
 from grader.engine.reference import load_reference, use_solutions  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
@@ -88,8 +93,9 @@ class InProcessWorker:
     does the same work as with a real worker.
     """
 
-    def __init__(self, lab: str):
+    def __init__(self, lab: str, zygote: "InProcessZygote | None" = None):
         self.server = _reference_server()(None, {"lab": lab, "folder": str((paths.KIT / "solutions"))})
+        self.zygote = zygote
         # A resource test's measurement (grader/sandbox/usage.py) reads an idle process:
         # the floor answers those calls but measures nothing of them (a reading of this
         # busy process would make the tests' outcomes depend on the benchmark's own work).
@@ -124,7 +130,10 @@ class InProcessWorker:
             reply = {"error": _worker_module().describe_exception(exc, str((paths.KIT / "solutions")))}
         finally:
             torch.set_num_threads(threads)
-        self.handler_s += time.thread_time() - started
+        spent = time.thread_time() - started
+        self.handler_s += spent
+        if self.zygote is not None:
+            self.zygote.charge(self.server.lab, spent)
         reply.update(stdout="", forbidden=[])
         return wire.decode_frame(wire.encode(reply))
 
@@ -136,19 +145,26 @@ class InProcessWorker:
 
 
 class InProcessZygote:
-    """``Zygote.spawn`` for ``InProcessWorker``; keeps the handler time of all its workers."""
+    """``Zygote.spawn`` for ``InProcessWorker``; keeps the handler time of all its workers,
+    and by (lab, test) of ``clock``'s key in force when set (else by the worker's lab)."""
     mode = "in-process"
     pid = None
     alive = True
 
     def __init__(self):
         self.workers: list[InProcessWorker] = []
+        self.clock: LabClock | None = None
+        self.handler_by_key: dict[tuple[str, str], float] = {}
+
+    def charge(self, lab: str, seconds: float) -> None:
+        key = self.clock.key if self.clock is not None else (lab, "")
+        self.handler_by_key[key] = self.handler_by_key.get(key, 0.0) + seconds
 
     def spawn(self, *, submission: str, lab: str, forbidden: list[str],
               importable: dict | None = None, answered_by: str = "own") -> InProcessWorker:
         # ``importable`` needs no calls answered here: the reference lab modules import
         # each other.
-        worker = InProcessWorker(lab)
+        worker = InProcessWorker(lab, self)
         self.workers.append(worker)
         return worker
 
@@ -160,30 +176,43 @@ class InProcessZygote:
         self.workers.clear()
 
 
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+TRAINING_FIGURE = re.compile(r"Your training: ([0-9.]+) of [0-9.]+ CPU seconds")
+TOP_TESTS = 5                  # the costliest tests kept per lab
 
 
-def _sandbox_cpu(zygote) -> float:
-    """CPU seconds of the zygote and the workers it reaped (0 for an in-process one)."""
-    if getattr(zygote, "pid", None) is None:
-        return 0.0
-    return cpu_seconds(zygote.pid) - _own_cpu()
+def training_cpu_s(text: str) -> float | None:
+    """Lab 8's training CPU seconds in a report's text, as its worker's kernel accounting
+    gave them (``grader/suites/_training.py``'s ``training_figures``); None if not there."""
+    found = TRAINING_FIGURE.search(text or "")
+    return float(found.group(1)) if found else None
 
 
-def _wait_reaped(zygote, timeout_s: float = 5.0) -> None:
-    """Until the zygote has reaped every worker (so their CPU time is in its account)."""
-    pid = getattr(zygote, "pid", None)
+def _result_training_cpu_s(result) -> float | None:
+    for lab in result.labs:
+        for test in lab.tests:
+            if (seconds := training_cpu_s(test.message)) is not None:
+                return seconds
+    return None
+
+
+def comparable(result) -> dict:
+    """``result.to_dict_without_timings()`` less lab 8's training report: each training
+    stops on its own clock, so its figures (CPU seconds, losses) differ from one training
+    to the next, and the in-process worker's CPU reading is of an idle process."""
+    data = result.to_dict_without_timings()
+    for lab in data["labs"]:
+        for test in lab["tests"]:
+            if training_cpu_s(test["message"]) is not None:
+                test["message"] = "(the training's own figures)"
+    return data
+
+
+def _settle(clock: LabClock, timeout_s: float = 5.0) -> None:
+    """Until the zygote has reaped every worker of the grading (their exits are its CPU)."""
     deadline = time.monotonic() + timeout_s
-    while pid is not None and time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as fh:
-                if not fh.read().split():
-                    return
-        except OSError:
-            return
-        time.sleep(0.02)
+    while clock.sandbox_pid is not None and clock.unreaped and time.monotonic() < deadline:
+        time.sleep(0.01)
+        clock.reading()
 
 
 def measure(zygotes: dict, rubric, repeat: int) -> dict:
@@ -209,35 +238,75 @@ def measure(zygotes: dict, rubric, repeat: int) -> dict:
 
 
 def _measure(zygotes: dict, graders: dict, repeat: int) -> dict:
-    results, cpu, wall = {}, dict.fromkeys(zygotes, 0.0), dict.fromkeys(zygotes, 0.0)
+    results, wall = {}, dict.fromkeys(zygotes, 0.0)
+    spent: dict = {name: {} for name in zygotes}       # name -> (lab, test) -> CPU seconds
+    training: dict = {name: [] for name in zygotes}
     for name in zygotes:
         for _ in range(2):
             graders[name].grade((paths.KIT / "solutions"))
-    handler0 = {n: z.handler_s for n, z in zygotes.items() if isinstance(z, InProcessZygote)}
-    # A zygote reaps (and so is charged for) a worker a moment after its grading ends: its
-    # CPU is taken over the whole run, during which it works for its own gradings only.
-    sandbox0 = {n: _sandbox_cpu(z) for n, z in zygotes.items()}
+    handler0 = {n: dict(z.handler_by_key) for n, z in zygotes.items()
+                if isinstance(z, InProcessZygote)}
     for _ in range(repeat):
-        for name in zygotes:
-            cpu0, wall0 = _own_cpu(), time.perf_counter()
-            results[name] = graders[name].grade((paths.KIT / "solutions"))
-            cpu[name] += _own_cpu() - cpu0
+        for name, zygote in zygotes.items():
+            # A clock of its own per grading: this process's CPU is both ways', so what one
+            # way's clock reads between its gradings would be the other way's.
+            clock = LabClock(zygote.pid, by_test=True)
+            if isinstance(zygote, InProcessZygote):
+                zygote.clock = clock
+            wall0 = time.perf_counter()
+            results[name] = graders[name].grade((paths.KIT / "solutions"), clock=clock)
             wall[name] += time.perf_counter() - wall0
-    for name, zygote in zygotes.items():
-        _wait_reaped(zygote)
-        cpu[name] += _sandbox_cpu(zygote) - sandbox0[name]
+            _settle(clock)          # the workers' exits are the grading's (outside the labs)
+            for key, seconds in clock.take().items():
+                spent[name][key] = spent[name].get(key, 0.0) + seconds
+            if isinstance(zygote, InProcessZygote):
+                zygote.clock = None
+            training[name].append(_result_training_cpu_s(results[name]))
     figures = {}
     for name, zygote in zygotes.items():
+        lab_code = None
+        if name in handler0:        # only measurable in-process: a sandboxed worker's time is its own
+            lab_code = {key: seconds - handler0[name].get(key, 0.0)
+                        for key, seconds in zygote.handler_by_key.items()}
         figures[name] = {
-            "cpu_per_submission_s": cpu[name] / repeat,
+            "cpu_per_submission_s": sum(spent[name].values()) / repeat,
             "wall_per_submission_s": wall[name] / repeat,
-            # Only measurable in-process: a sandboxed worker's time is its own.
-            "lab_code_per_submission_s": ((zygote.handler_s - handler0[name]) / repeat
-                                          if name in handler0 else None),
+            "lab_code_per_submission_s": (sum(lab_code.values()) / repeat
+                                          if lab_code is not None else None),
+            **per_lab(spent[name], lab_code, repeat),
+            # The worker's own figure (in-process the training runs in this process, and
+            # its worker's accounting reads an idle one).
+            "training_cpu_s": (None if name in handler0 or None in training[name]
+                               else sum(training[name]) / repeat),
             "score": results[name].score}
-    figures["same_report"] = len({json.dumps(r.to_dict_without_timings(), sort_keys=True)
+    figures["same_report"] = len({json.dumps(comparable(r), sort_keys=True)
                                   for r in results.values()}) == 1
     return figures
+
+
+def per_lab(spent: dict, lab_code: dict | None, repeat: int) -> dict:
+    """CPU seconds per submission by lab (and the lab code's part, where measured), outside
+    any lab, and each lab's costliest tests, from (lab, test) -> seconds over ``repeat``."""
+    labs: dict[str, dict] = {}
+    tests: dict[str, dict[str, list]] = {}
+    for (lab, test), seconds in spent.items():
+        if lab == OUTSIDE:
+            continue
+        labs.setdefault(lab, {"cpu_s": 0.0, "lab_code_s": None if lab_code is None else 0.0})
+        labs[lab]["cpu_s"] += seconds / repeat
+        tests.setdefault(lab, {})[test] = [seconds / repeat, None]
+    for (lab, test), seconds in (lab_code or {}).items():
+        if lab in labs and (lab, test) in spent:        # not a warm-up's (no clock then)
+            labs[lab]["lab_code_s"] += seconds / repeat
+            tests[lab].setdefault(test, [0.0, None])[1] = seconds / repeat
+    top = {lab: [{"test": test, "cpu_s": cpu, "lab_code_s": code}
+                 for test, (cpu, code) in sorted(by_test.items(), key=lambda kv: -kv[1][0])
+                 [:TOP_TESTS]]
+           for lab, by_test in tests.items()}
+    return {"by_lab": labs, "outside_labs_cpu_s": spent.get((OUTSIDE, ""), 0.0) / repeat,
+            "outside_labs_lab_code_s": (None if lab_code is None
+                                        else lab_code.get((OUTSIDE, ""), 0.0) / repeat),
+            "top_tests": top}
 
 
 def main(argv: list[str] | None = None) -> int:

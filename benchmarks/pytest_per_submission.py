@@ -34,14 +34,22 @@ def pytest_configure(config):
     clean = sanitize(Path(os.environ["GRADER_BENCH_SUBMISSION"]), rubric, labs)
     zygote = Zygote(forbidden=rubric.all_forbidden).start()
     scratch = make_scratch(clean.files)
+    # Calls into earlier labs answered as ``grading.Grader`` answers them (by the course's
+    # reference, in reference workers): without them lab 2 could not import lab 1 at all.
+    references = make_scratch({f.name: f.read_bytes()
+                               for f in sorted((paths.KIT / "solutions").glob("lab*.py"))})
     session = Session(zygote=zygote, submission_dir=scratch.name,
                       forbidden={lab: spec.forbidden for lab, spec in rubric.labs.items()},
+                      importable={lab: rubric.importable(lab) for lab in rubric.labs},
+                      reference_dir=(references.name if rubric.lab_imports == "reference"
+                                     else None),
+                      imports_when_graded=rubric.lab_imports,
                       solutions=str(paths.KIT / "solutions"))
     use_solutions(paths.KIT / "solutions")      # what the suites' load_reference reads
     plugin = GradingPlugin(rubric=rubric, session=session)
     config.pluginmanager.register(plugin, "grading")
     _STATE.update(rubric=rubric, labs=labs, clean=clean, zygote=zygote, scratch=scratch,
-                  session=session, plugin=plugin)
+                  references=references, session=session, plugin=plugin)
 
 
 def pytest_unconfigure(config):
@@ -50,6 +58,7 @@ def pytest_unconfigure(config):
     s = _STATE
     s["session"].close()
     s["scratch"].cleanup()
+    s["references"].cleanup()
     s["zygote"].close()
     problems = {lab: (p.kind, p.message) for lab, p in s["clean"].problems.items()}
     result = score("bench", s["rubric"], s["labs"], ("public", "hidden"), s["plugin"].outcomes,

@@ -37,6 +37,8 @@ from grader.results import Fault, LabResult, LabStatus, SubmissionResult, TestRe
 from grader.rubric import Rubric
 from grader.sandbox import Limits, Zygote, make_scratch
 
+from grader.engine.lab_clock import OUTSIDE, LabClock
+
 if TYPE_CHECKING:   # torch and pytest: imported by ``load_engine`` (see Grader.start)
     from grader.engine.call_plan import CallPlan
     from grader.engine.suite_runner import SuiteRunner
@@ -159,13 +161,14 @@ class Grader:
     # -- grading --------------------------------------------------------------------------
     def grade(self, submission: str | Path, *, labs: list[str] | None = None,
               visibility: tuple[str, ...] | None = None,
-              name: str | None = None) -> SubmissionResult:
+              name: str | None = None, clock: LabClock | None = None) -> SubmissionResult:
         """Grade one submission: a folder of lab files, one lab file, a notebook or a zip.
 
         ``labs``: the labs to grade (default: all of the rubric's); every lab file of the
         submission reaches the workers all the same, since a lab may import another.
         SubmissionError if the submission cannot be graded at all; GraderFault if the
-        grader failed (never scored).
+        grader failed (never scored). ``clock``: charged with each lab's CPU time
+        (``engine.lab_clock``; a batch reports it per lab).
         """
         labs = self._labs(labs)
         visibility = tuple(visibility or self.visibility)
@@ -178,28 +181,30 @@ class Grader:
                 except ZipRejected as exc:
                     raise ZipRejected(f"{submission}: {exc}") from None
                 return self.grade(Path(tmp) / "submission", labs=labs, visibility=visibility,
-                                  name=name or submission.stem)
+                                  name=name or submission.stem, clock=clock)
         started = time.monotonic()
         clean = sanitize(submission, self.rubric, list(self.rubric.labs),
                          solutions=self.course.solutions)
         # "." has no name of its own: the folder it stands for has ("Feedback for alice").
         return self.grade_sanitized(clean, labs=labs, visibility=visibility,
                                     name=name or submission.name or submission.resolve().name,
-                                    started=started)
+                                    started=started, clock=clock)
 
     def grade_sanitized(self, clean: Sanitized, *, name: str, labs: list[str] | None = None,
                         visibility: tuple[str, ...] | None = None,
-                        started: float | None = None) -> SubmissionResult:
+                        started: float | None = None,
+                        clock: LabClock | None = None) -> SubmissionResult:
         """Grade lab sources that ``intake.sanitize`` already read, with this Grader's
         rubric (every lab: a lab may import another): ``grade`` is sanitize, then this.
         A batch on a Dask cluster sanitizes on its client and grades here on a worker
         (``grader.batch.cluster``), so both give the same result for the same files.
-        ``started``: when the grading began (``time.monotonic()``), for execution_time."""
+        ``started``: when the grading began (``time.monotonic()``), for execution_time;
+        ``clock``: as for ``grade``."""
         started = time.monotonic() if started is None else started
         labs = self._labs(labs)
         visibility = tuple(visibility or self.visibility)
         plan = self.call_plan(labs, visibility) if self.send_ahead else None
-        result = self._grade_clean(clean, labs, visibility, name, plan=plan)
+        result = self._grade_clean(clean, labs, visibility, name, plan=plan, clock=clock)
         result.execution_time = time.monotonic() - started
         return result
 
@@ -298,7 +303,8 @@ class Grader:
 
     def _grade_clean(self, clean: Sanitized, labs: list[str], visibility: tuple[str, ...],
                      name: str, *, plan: CallPlan | None,
-                     recording: CallPlan | None = None) -> SubmissionResult:
+                     recording: CallPlan | None = None,
+                     clock: LabClock | None = None) -> SubmissionResult:
         from grader.engine.student import Session
         self.start()
         problems = {lab: p for lab, p in clean.problems.items() if lab in labs}
@@ -307,7 +313,8 @@ class Grader:
                           forbidden={lab: spec.forbidden for lab, spec in self.rubric.labs.items()},
                           importable=self._importable, reference_dir=self._reference_dir,
                           imports_when_graded=self.rubric.lab_imports,
-                          plan=plan, recording=recording, solutions=str(self.course.solutions))
+                          plan=plan, recording=recording, solutions=str(self.course.solutions),
+                          clock=clock)
         outcomes: list[TestResult] = []
         collection_errors: list[str] = []
         try:
@@ -315,6 +322,8 @@ class Grader:
             for lab in labs:
                 if lab in problems:
                     continue
+                if clock is not None:
+                    clock.switch(lab, "import")
                 session.start_test(self.rubric.labs[lab].time_limit_s)
                 error = session.probe(lab, names=required_names(self.rubric.labs[lab].file,
                                                                    self.course.solutions))
@@ -330,6 +339,8 @@ class Grader:
             if runnable:
                 outcomes, collection_errors = self._runner(visibility).run(session, runnable)
         finally:
+            if clock is not None:
+                clock.switch(OUTSIDE)
             session.close()
             scratch.cleanup()
         if not self._zygote.alive or session.fault is not None:

@@ -62,6 +62,30 @@ def test_floor_measures_both_ways_in_alternation(floor, rubric, zygote):
     # Two warm-ups and two rounds, each a fresh worker per lab (the solutions kill none)
     # and per measured call.
     assert len(bare.workers) == (2 + 2) * (len(rubric.labs) + MEASURED_CALLS)
+    # Per lab (#31): every lab, both ways; the labs and what is outside them add up to the
+    # whole, and so does the lab code's part of each lab.
+    for way in ("sandboxed", "in_process"):
+        fig = got[way]
+        assert set(fig["by_lab"]) == set(rubric.labs), way
+        assert all(v["cpu_s"] > 0 for v in fig["by_lab"].values()), (way, fig["by_lab"])
+        parts = sum(v["cpu_s"] for v in fig["by_lab"].values()) + fig["outside_labs_cpu_s"]
+        assert parts == pytest.approx(fig["cpu_per_submission_s"], abs=1e-9), way
+        # The costliest tests of a lab are its tests (or its import probe), costliest first.
+        top = fig["top_tests"]["lab1_attention"]
+        assert 0 < len(top) <= floor.TOP_TESTS
+        assert [t["cpu_s"] for t in top] == sorted((t["cpu_s"] for t in top), reverse=True)
+        assert all(t["test"] == "import" or "test_lab1_attention.py::" in t["test"] for t in top)
+    bare_labs = got["in_process"]["by_lab"]
+    assert all(0 < v["lab_code_s"] < v["cpu_s"] for v in bare_labs.values()), bare_labs
+    code_parts = sum(v["lab_code_s"] for v in bare_labs.values()) \
+        + got["in_process"]["outside_labs_lab_code_s"]
+    assert code_parts == pytest.approx(lab_code, abs=1e-9)
+    # Lab 8's training as its worker's accounting gave it: only sandboxed (in-process the
+    # worker's reading is of an idle process). Not compared with lab 8's time: in these
+    # tests one training serves every grading of the same lab file (conftest's
+    # trainings_shared_across_identical_labs).
+    assert got["sandboxed"]["training_cpu_s"] > 0
+    assert got["in_process"]["training_cpu_s"] is None
 
 
 def test_in_process_worker_reports_a_missing_name_as_the_worker_does(floor):
@@ -146,3 +170,163 @@ def test_bench_check_covers_a_one_lab_check_of_every_lab(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(figures.read_text())["cases"]["lab3_positional"]
     assert got["median_s"] > 0 and got["timeline"]["output_end"] > got["timeline"]["tests_end"]
+
+
+# ------------------------------------------------------------------------- per lab (#31)
+
+LABS_1_3 = ["lab1_attention", "lab3_positional"]
+
+
+def test_a_batch_reply_splits_its_cpu_by_lab_and_the_parts_add_up(rubric, zygote, tmp_path):
+    """A grading process's reply (``pool.grade_task``) carries its CPU seconds by lab and
+    outside any lab, adding up to ``cpu_s``; one clock over two students charges every
+    CPU-second between them to one of them."""
+    from grader.batch.pool import grade_task
+    from grader.course import Course
+    from grader.engine.lab_clock import LabClock
+    from grader.grading import Grader
+    from helpers import make_submission
+
+    course = Course(paths.KIT, rubric)
+    folder = make_submission("bug_softmax_dim", tmp_path / "alice")
+    with Grader(course, zygote=zygote) as grader:
+        clock = LabClock(grader.sandbox_pid)
+        before = clock.reading()
+        replies = [grade_task({"student": name, "path": str(folder), "kind": "folder",
+                               "fingerprint": {}}, rubric=rubric.only(LABS_1_3),
+                              out=tmp_path / "out", grader=grader, labs=LABS_1_3, clock=clock)
+                   for name in ("alice", "alice2")]
+        after = clock.reading()
+    for reply in replies:
+        assert reply["status"] == "ok" and not reply["restart"]
+        assert set(reply["cpu_by_lab_s"]) == set(LABS_1_3)
+        assert all(s > 0 for s in reply["cpu_by_lab_s"].values()), reply
+        assert reply["cpu_outside_labs_s"] >= 0
+        assert sum(reply["cpu_by_lab_s"].values()) + reply["cpu_outside_labs_s"] == \
+            pytest.approx(reply["cpu_s"], abs=1e-9)
+    # Nothing between the two students (nor after the first reading) is left out.
+    assert sum(r["cpu_s"] for r in replies) == pytest.approx(after - before, abs=0.05)
+
+
+def test_a_batch_summary_has_its_cpu_by_lab_adding_up_to_its_cpu(tmp_path):
+    """``grade_batch``'s summary: CPU seconds by graded lab and outside the labs, which add
+    up to its ``cpu_seconds`` within the rounding of each (1 ms)."""
+    import shutil
+
+    from grader.batch import grade_batch
+    from grader.course import Course
+
+    root = tmp_path / "class"
+    for student in ("s1", "s2"):
+        (root / student).mkdir(parents=True)
+        for lab in LABS_1_3:
+            shutil.copyfile(paths.KIT / "solutions" / f"{lab}.py", root / student / f"{lab}.py")
+    summary = grade_batch(root, out=tmp_path / "out", course=Course(paths.KIT), jobs=1,
+                          progress=False, labs=LABS_1_3)
+    assert summary.graded == 2 and summary.not_ok == 0
+    assert set(summary.cpu_seconds_by_lab) == set(LABS_1_3)
+    assert all(s > 0 for s in summary.cpu_seconds_by_lab.values()), summary
+    parts = sum(summary.cpu_seconds_by_lab.values()) + summary.cpu_seconds_outside_labs
+    assert parts == pytest.approx(summary.cpu_seconds, abs=0.002)
+    assert summary.to_dict()["cpu_seconds_by_lab"] == summary.cpu_seconds_by_lab
+
+
+def _figures(*, lab8_batch: float, lab_code: float, boxed_labs: dict | None = None) -> dict:
+    """bench_batch's figures for two labs (lab 1, lab 8), as measured, made up."""
+    labs = {"lab1_attention": 0.5, "lab8_train_transformer": lab8_batch}
+    boxed = boxed_labs or {"lab1_attention": 0.4, "lab8_train_transformer": 11.0}
+    return {
+        "batch": {"by_lab": labs, "outside_labs_cpu_s": 0.1,
+                  "cpu_per_submission_s": sum(labs.values()) + 0.1,
+                  "training": {"cpu_per_submission_s": 10.0, "mean_of_reported_s": 10.0,
+                               "reported": 4, "students": 4}},
+        "floor": {"repeat": 2, "max_score": 50.0, "same_report": True,
+                  "sandboxed": {"by_lab": {lab: {"cpu_s": v, "lab_code_s": None}
+                                           for lab, v in boxed.items()},
+                                "outside_labs_cpu_s": 0.05,
+                                "cpu_per_submission_s": sum(boxed.values()) + 0.05,
+                                "training_cpu_s": 10.0,
+                                "top_tests": {"lab8_train_transformer": [
+                                    {"test": "public/test_lab8_train_transformer.py::"
+                                             "test_train_returns_a_trained_model_within_budget",
+                                     "cpu_s": 10.5, "lab_code_s": None},
+                                    {"test": "import", "cpu_s": 0.2, "lab_code_s": None}]}},
+                  "in_process": {"by_lab": {"lab1_attention": {"cpu_s": 0.3, "lab_code_s": lab_code},
+                                            "lab8_train_transformer": {"cpu_s": 9.0,
+                                                                       "lab_code_s": 8.0}},
+                                 "outside_labs_cpu_s": 0.02, "outside_labs_lab_code_s": 0.0,
+                                 "cpu_per_submission_s": 9.32,
+                                 "lab_code_per_submission_s": lab_code + 8.0,
+                                 "training_cpu_s": None,
+                                 "top_tests": {"lab1_attention": [
+                                     {"test": "hidden/test_lab1_attention.py::test_gradients_match_pytorch",
+                                      "cpu_s": 0.2, "lab_code_s": 0.15}]}}},
+        "nbgrader": {"per_submission_s": 30.0, "cpu_per_submission_s": 40.0, "samples": 1,
+                     "by_lab": {"lab1_attention": {"wall_s": 10.0, "cpu_s": 15.0},
+                                "lab8_train_transformer": {"wall_s": 20.0, "cpu_s": 25.0}}},
+        "pytest_per_process": {"per_submission_s": 20.0, "cpu_per_submission_s": 24.0,
+                               "samples": 1, "score_mismatches": []},
+    }
+
+
+LABS_1_8 = ["lab1_attention", "lab8_train_transformer"]
+
+
+def test_bench_prints_each_lab_and_checks_the_parts_add_up(capsys):
+    bench = _load("bench_batch")
+    figures = _figures(lab8_batch=10.5, lab_code=0.1)
+    assert bench.print_per_lab(figures, LABS_1_8) < 1e-9
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("lab "))
+    for column in ("batch", "floor boxed", "floor bare", "lab code", "nbgrader", "nbgrader/batch"):
+        assert column in header, column
+    # batch, floor sandboxed, bare, lab code, nbgrader; nbgrader's CPU over the batch's
+    assert "lab1_attention" + " " * 16 + "       0.500       0.400       0.300       0.100" \
+        "      15.000           30.0x" in out
+    assert "\ntotal " in out and "\noutside any lab " in out
+    assert "add up to its total (largest difference 0.0000 CPU-s)" in out
+    assert "24.00 CPU-s per submission (2.2x the batch's CPU-s" in out
+    assert "no per-lab ratio" in out
+    assert "10.000 CPU-s per student of the class (4 of 4 students' reports give it" in out
+    # A lab missing from a column's breakdown: its parts no longer add up, and it says so.
+    del figures["batch"]["by_lab"]["lab8_train_transformer"]
+    assert bench.print_per_lab(figures, LABS_1_8) > bench.ADDS_UP_S
+    assert "WARNING: a column's parts miss its total by 10.5000 CPU-s" in capsys.readouterr().out
+
+
+def test_bench_checks_the_goals_and_says_where_the_seconds_go(capsys):
+    bench = _load("bench_batch")
+    held = bench.check_goals(_figures(lab8_batch=10.5, lab_code=0.1), LABS_1_8)
+    out = capsys.readouterr().out
+    assert held["a_lab_code_labs_1_7"]["holds"] and held["b_beyond_training"]["holds"]
+    assert "(a) labs 1-7 together, in the lab code: 0.10 CPU-s" in out and "vs at most 3: holds" in out
+    assert "0.50 CPU-s (the batch's lab 8, 10.50, less the training its workers reported, 10.00) " \
+           "= 5.0% of the training vs at most 10%: holds" in out
+    assert "where the seconds go" not in out
+    missed = bench.check_goals(_figures(lab8_batch=12.0, lab_code=3.5), LABS_1_8)
+    out = capsys.readouterr().out
+    assert not missed["a_lab_code_labs_1_7"]["holds"] and not missed["b_beyond_training"]["holds"]
+    assert "3.50 CPU-s (the floor, in-process" in out and "DOES NOT HOLD" in out
+    assert "where the seconds go: lab1_attention costs most (3.50 CPU-s of lab code)" in out
+    assert "hidden test_gradients_match_pytorch" in out
+    assert "2.00 CPU-s (the batch's lab 8, 12.00" in out and "= 20.0% of the training" in out
+    assert "where the seconds go: lab8_train_transformer's costliest tests" in out
+    assert "public test_train_returns_a_trained_model_within_budget" in out
+    assert "import probe" in out
+    assert missed["b_beyond_training"]["floor_sandboxed"] == {"lab8_s": 11.0, "training_s": 10.0}
+
+
+def test_bench_reads_the_training_as_the_students_report_gives_it(tmp_path):
+    """The figure is read back from what ``training_figures`` writes to the student."""
+    import json
+
+    from grader.suites._training import training_figures
+    bench = _load("bench_batch")
+    text = training_figures({"cpu_s": 12.34, "budget_s": 40.0}, 2.5, 0.01, 0.99, 256)
+    report = tmp_path / "results.json"
+    report.write_text(json.dumps({"tests": [
+        {"name": "lab1_attention: test_x", "output": "fine"},
+        {"name": "lab8_train_transformer: test_train", "output": "desc\n" + text}]}))
+    assert bench.reported_training_s(report) == pytest.approx(12.3)
+    report.write_text(json.dumps({"tests": [{"name": "lab1_attention: test_x", "output": ""}]}))
+    assert bench.reported_training_s(report) is None

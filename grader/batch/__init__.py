@@ -77,6 +77,10 @@ class BatchSummary:
     jobs: int
     seconds: float               # wall-clock, this run
     cpu_seconds: float           # grading processes, zygotes and workers, this run
+    # Of it, by lab (each lab's import probe, its tests and their workers), and outside any
+    # lab (sanitizing, scoring, writing the files, workers' exits): they add up to it.
+    cpu_seconds_by_lab: dict[str, float]
+    cpu_seconds_outside_labs: float
     max_rss_mb: float            # the largest resident size of a grading process
     max_total: float
     mean: float | None
@@ -147,12 +151,16 @@ def grade_batch(root: str | Path, *, out: str | Path, course: Course, jobs: int 
               + (f" on the Dask cluster at {scheduler}" if scheduler and tasks
                  else f" with {jobs} process(es)" if jobs else ""), flush=True)
     report = Progress(total=len(tasks) + len(instant), enabled=progress)
-    internal_errors, cpu, rss = 0, 0.0, 0.0
+    internal_errors, cpu, rss, outside = 0, 0.0, 0.0, 0.0
+    cpu_by_lab = dict.fromkeys(labs, 0.0)
 
     def done(reply: dict) -> None:
-        nonlocal internal_errors, cpu, rss
+        nonlocal internal_errors, cpu, rss, outside
         internal_errors += reply.get("fault") == Fault.GRADER
         cpu += reply.get("cpu_s", 0.0)
+        outside += reply.get("cpu_outside_labs_s", 0.0)
+        for lab, seconds in reply.get("cpu_by_lab_s", {}).items():
+            cpu_by_lab[lab] = cpu_by_lab.get(lab, 0.0) + seconds
         rss = max(rss, reply.get("rss_mb", 0.0))
         report.advance(reply)
 
@@ -199,7 +207,9 @@ def grade_batch(root: str | Path, *, out: str | Path, course: Course, jobs: int 
         root=str(root), out=str(out), students=book.rows, graded=report.done,
         up_to_date=up_to_date, not_ok=book.not_ok, internal_errors=internal_errors,
         jobs=jobs, seconds=round(time.monotonic() - started, 3),
-        cpu_seconds=round(cpu, 3), max_rss_mb=round(rss, 1),
+        cpu_seconds=round(cpu, 3),
+        cpu_seconds_by_lab={lab: round(s, 3) for lab, s in cpu_by_lab.items()},
+        cpu_seconds_outside_labs=round(outside, 3), max_rss_mb=round(rss, 1),
         max_total=book.summary["max_total"], mean=score["mean"], median=score["median"],
         min=score["min"], max=score["max"], files={k: str(v) for k, v in book.files.items()})
 

@@ -21,7 +21,6 @@ import gc
 import json
 import multiprocessing
 import os
-import resource
 import signal
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from grader.course import Course
 from grader.errors import BatchError, SubmissionError, ZipRejected
+from grader.engine.lab_clock import OUTSIDE, LabClock, by_lab
 from grader.grading import ENGINE_MODULES, Grader, retry_with_a_fresh_grader
 from grader.intake.zips import unpack_zip
 from grader.outputs.atomic import atomic_write_text, use_output_mode
@@ -71,19 +71,6 @@ def write_student(out: Path, student: str, result, fingerprint: dict | None) -> 
         atomic_write_text(folder / "fingerprint.json", json.dumps(fingerprint, indent=2) + "\n")
 
 
-def cpu_seconds(sandbox_pid: int | None) -> float:
-    """CPU time of this process, plus its zygote's and the workers the zygote has reaped."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    total = usage.ru_utime + usage.ru_stime
-    pid = sandbox_pid
-    with contextlib.suppress(OSError, ValueError, IndexError, TypeError):
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        # utime, stime, cutime, cstime (fields 14-17 of proc(5)), in clock ticks
-        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def resident_mb() -> float:
     """This process's resident memory now (VmRSS), in MiB."""
     with contextlib.suppress(OSError, ValueError, IndexError), \
@@ -112,24 +99,30 @@ def refusal_status(exc: SubmissionError) -> str:
 
 
 def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader,
-               labs: list[str] | None = None) -> dict:
+               labs: list[str] | None = None, clock: LabClock | None = None) -> dict:
     """Grade one student in this (trusted) process and write their files; never raises.
 
     ``labs``: the labs to grade (default: all); ``rubric`` is what the result is scored out
     of (those labs only). A failure of the grader's own (``restart`` in the reply) is
     recorded as ``INTERNAL_ERROR``, with no fingerprint, so the next run grades the student
-    again.
+    again. ``clock``: this process's ``LabClock`` of ``grader``'s sandbox, kept from one
+    student to the next (what happens between two students is the next one's); default:
+    one from now. The reply's ``cpu_s`` (CPU seconds of this process and its sandbox) is
+    ``cpu_by_lab_s`` (lab -> seconds) plus ``cpu_outside_labs_s`` (sanitizing, scoring,
+    writing the files, workers' exits).
     """
     student, started = task["student"], time.monotonic()
-    cpu = cpu_seconds(grader.sandbox_pid)
+    if clock is None or clock.sandbox_pid != grader.sandbox_pid:
+        clock = LabClock(grader.sandbox_pid)
     fingerprint = task["fingerprint"]
     restart = False
     try:
         if task["kind"] == "sanitized":     # read by a cluster's client (grader.batch.cluster)
-            result = grader.grade_sanitized(task["sanitized"], name=student, labs=labs)
+            result = grader.grade_sanitized(task["sanitized"], name=student, labs=labs,
+                                            clock=clock)
         else:
             with submission_folder(task) as folder:
-                result = grader.grade(folder, name=student, labs=labs)
+                result = grader.grade(folder, name=student, labs=labs, clock=clock)
     except SubmissionError as exc:
         result = failed_result(student, rubric, refusal_status(exc), Fault.STUDENT)
     except Exception as exc:  # noqa: BLE001 - one student's failure must not stop the batch
@@ -138,10 +131,14 @@ def grade_task(task: dict, *, rubric: Rubric, out: Path, grader: Grader,
         fingerprint = None                       # not the student's doing: try again next run
         restart = True                           # and with a fresh sandbox and pytest session
     write_student(out, student, result, fingerprint)
+    clock.switch(OUTSIDE)                   # a grading cut short left its lab in force
+    spent = by_lab(clock.take())
+    outside = spent.pop(OUTSIDE, 0.0)
     return {"student": student, "status": result.status, "fault": result.fault,
             "total": result.score,
             "seconds": time.monotonic() - started,
-            "cpu_s": cpu_seconds(grader.sandbox_pid) - cpu,
+            "cpu_s": sum(spent.values()) + outside, "cpu_by_lab_s": spent,
+            "cpu_outside_labs_s": outside,
             "rss_mb": resident_mb(), "restart": restart}
 
 
@@ -169,13 +166,15 @@ def _start_grader(course: Course, slot: int, labs: list[str] | None = None) -> G
 
 
 def grade_with_retry(task: dict, *, grader: Grader, course: Course, scored: Rubric,
-                     out: Path, slot: int, labs: list[str] | None) -> tuple[dict, Grader]:
+                     out: Path, slot: int, labs: list[str] | None,
+                     clock: LabClock | None = None) -> tuple[dict, Grader]:
     """``grade_task``; on a fault of the grader's own, once more with a fresh Grader (which
     is returned: the caller keeps it). If it fails again the student stays marked "grading
-    failed" (no fingerprint: the next run grades them again); never a score."""
+    failed" (no fingerprint: the next run grades them again); never a score. ``clock``:
+    as for ``grade_task`` (a fresh Grader gets a fresh one there)."""
     return retry_with_a_fresh_grader(
         grader, lambda: _start_grader(course, slot, labs),
-        lambda g: grade_task(task, rubric=scored, out=out, grader=g, labs=labs),
+        lambda g: grade_task(task, rubric=scored, out=out, grader=g, labs=labs, clock=clock),
         lambda reply: reply.pop("restart"))
 
 
@@ -210,6 +209,9 @@ def _grading_process(slot: int, conn, course: Course, out: Path,
     # collection: with torch imported, a full collection walks ~200k objects.
     gc.collect()
     gc.freeze()
+    # One clock for this process's sandbox, kept from student to student: every CPU-second
+    # after this is some student's (a lab's, or outside the labs).
+    clock = LabClock(grader.sandbox_pid)
     conn.send(("ready",))
     try:
         while True:
@@ -219,8 +221,10 @@ def _grading_process(slot: int, conn, course: Course, out: Path,
                 break
             if task is None:
                 break
+            if clock.sandbox_pid != grader.sandbox_pid:        # a fresh Grader after a fault
+                clock = LabClock(grader.sandbox_pid)
             reply, grader = grade_with_retry(task, grader=grader, course=course, scored=scored,
-                                             out=out, slot=slot, labs=labs)
+                                             out=out, slot=slot, labs=labs, clock=clock)
             conn.send(("done", reply))
     finally:
         grader.close()

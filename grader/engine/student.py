@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
+from grader.engine.lab_clock import LabClock
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
                             memcg, protocol, usage, wire)
 from grader.sandbox.channel import LOAD_STRETCH_MAX
@@ -207,6 +208,9 @@ class Session:
     relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
     solutions: str | None = None                    # the course's solutions/ (the references)
+    # Charged with the CPU time of each lab (each test, if it asks), the workers this
+    # session spawns included (``engine.lab_clock``); None: nothing is timed.
+    clock: LabClock | None = None
 
     def __post_init__(self):
         # Every large buffer of this process (a relayed request or reply, a worker's reply)
@@ -223,6 +227,9 @@ class Session:
 
     def start_test(self, time_limit_s: float, test: str = "", lab: str = "") -> None:
         """A test of ``lab`` (or a lab's import probe: no test) starts now."""
+        if lab and self.clock is not None:
+            # Before the previous lab's workers end: what they spent is that lab's.
+            self.clock.switch(lab, test)
         if lab and self.lab and lab != self.lab:
             # The previous lab is done: its worker, and any thread or process it started,
             # ends now rather than running on beside the next labs' tests.
@@ -299,7 +306,13 @@ class Session:
                                lab=lab) from None
         if by_reference:
             worker.on_callback = functools.partial(self._callback, lab)
+        self._watch(worker)
         return worker
+
+    def _watch(self, worker: Worker) -> None:
+        """The clock counts ``worker`` (and its keeper) until they are reaped."""
+        if self.clock is not None:
+            self.clock.watch(worker.pid, keeper=getattr(worker, "keeper", None))
 
     def _send(self, lab: str, req: dict):
         remaining = self.deadline - time.monotonic()
@@ -597,6 +610,7 @@ class Session:
                 self.fault = self.fault or exc
                 raise RuntimeError(f"the sandbox failed: {exc}") from None
             worker.reply_bytes = min(worker.reply_bytes, MAX_CALLBACK_REPLY_BYTES)
+            self._watch(worker)
             pool[(lab, other)] = worker
             if self.measuring is not None:
                 self.measuring.joined(worker)
