@@ -50,9 +50,25 @@ def zip_folder(folder: Path, dest: Path, prefix: str = "") -> Path:
     return dest
 
 
+def class_labs(rubric) -> list[str]:
+    """The labs the module's class is graded on (``grader batch --lab``): those whose tests
+    have no budget (no measured calls, no training: ~2 s a student instead of ~20). What
+    these tests check, the batch's bookkeeping, is the same for every lab; bench_batch and
+    tests/test_benchmarks.py grade whole classes on all eight."""
+    labs = [name for name, lab in rubric.labs.items()
+            if not any(t.budget for t in lab.tests.values())]
+    assert "lab8_train_transformer" not in labs and len(labs) >= 4
+    return labs
+
+
+def class_points(rubric) -> float:
+    return sum(rubric.labs[lab].max_points for lab in class_labs(rubric))
+
+
 def last_lab(rubric) -> str:
-    """A lab no other lab imports (the last one), so deleting it breaks only itself."""
-    return list(rubric.labs)[-1]
+    """A lab of the class's that no other lab of it imports (the last one), so deleting it
+    breaks only itself."""
+    return class_labs(rubric)[-1]
 
 
 def build_class(root: Path, rubric) -> Path:
@@ -102,7 +118,8 @@ def batch_rubric(tmp_path_factory) -> Path:
 def graded(tmp_path_factory, rubric, batch_rubric):
     root = build_class(tmp_path_factory.mktemp("class"), rubric)
     out = tmp_path_factory.mktemp("out")
-    summary = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
+    summary = grade_batch(root, out=out, jobs=2, progress=False,
+                          course=Course(paths.KIT, batch_rubric), labs=class_labs(rubric))
     return root, out, summary
 
 
@@ -115,7 +132,7 @@ def mtimes(out: Path) -> dict[str, int]:
 def test_grades_csv_rows(graded, rubric, batch_rubric, zygote, tmp_path):
     root, out, summary = graded
     rows = read_csv(out / "grades.csv")
-    labs = list(rubric.labs)
+    labs = class_labs(rubric)
     with open(out / "grades.csv", encoding="utf-8") as fh:
         # text cells quoted (grader.outputs.spreadsheet: safe to open in a spreadsheet)
         assert fh.readline().strip() == ",".join(f'"{c}"' for c in
@@ -124,14 +141,14 @@ def test_grades_csv_rows(graded, rubric, batch_rubric, zygote, tmp_path):
     full = {lab: f"{rubric.labs[lab].max_points:g}" for lab in labs}
     by = {r["student"]: r for r in rows}
     for r in rows:
-        assert float(r["max_total"]) == rubric.max_points
+        assert float(r["max_total"]) == class_points(rubric)
         assert float(r["total"]) == pytest.approx(sum(float(r[lab]) for lab in labs))
     for student in ("alice", "gina"):            # correct (a folder, and a zip of one)
         assert {lab: by[student][lab] for lab in labs} == full
         assert by[student]["status"] == "ok"
     # One bug: exactly the engine's own result for that submission.
     expected = grade(make_submission("bug_no_scale", tmp_path / "bob"),
-                     rubric=load_rubric(batch_rubric), zygote=zygote)
+                     rubric=load_rubric(batch_rubric), zygote=zygote, labs=labs)
     assert {lab: float(by["bob"][lab]) for lab in labs} == \
         {lab.name: lab.score for lab in expected.labs}
     assert float(by["bob"]["lab1_attention"]) < rubric.labs["lab1_attention"].max_points
@@ -164,12 +181,12 @@ def test_results_json_per_student(graded, rubric):
         labs = data["extra_data"].get("labs", {})
         # Every test of every lab, except that a lab not handed in is one entry (#29).
         assert len(data["tests"]) == sum(
-            1 if labs.get(name, {}).get("status") == "missing" else len(lab.tests)
-            for name, lab in rubric.labs.items()), student
+            1 if labs.get(name, {}).get("status") == "missing" else len(rubric.labs[name].tests)
+            for name in class_labs(rubric)), student
         assert data["score"] == pytest.approx(float(rows[student]["total"]))
         graded = [lab for lab, v in data["extra_data"].get("labs", {}).items()
                   if v["status"] == "graded"]
-        if data["extra_data"]["status"] != "ok" or len(graded) == len(rubric.labs):
+        if data["extra_data"]["status"] != "ok" or len(graded) == len(class_labs(rubric)):
             assert data["extra_data"]["status"] == rows[student]["status"]
         else:
             assert rows[student]["status"] == "; ".join(
@@ -177,7 +194,7 @@ def test_results_json_per_student(graded, rubric):
                 if v["status"] != "graded")
         fingerprint = json.loads((out / student / "fingerprint.json").read_text())
         assert set(fingerprint) == {"submission", "rubric", "suites", "labs"}
-        assert fingerprint["labs"] == list(rubric.labs)      # the lab selection: all
+        assert fingerprint["labs"] == class_labs(rubric)      # the lab selection
     assert "../evil.py" in json.loads((out / "erin" / "results.json").read_text())["output"]
 
 
@@ -188,16 +205,16 @@ def test_summary_json(graded, rubric):
     totals = [float(r["total"]) for r in rows]
     assert data["students"] == 7 and data["graded_ok"] == 5 and data["not_ok"] == 2
     assert data["statuses"] == {"ok": 5, ZIP_DOTDOT: 1, ZIP_SYMLINK: 1}
-    assert data["max_total"] == rubric.max_points
+    assert data["max_total"] == class_points(rubric)
     score = data["score"]
     assert score["mean"] == round(sum(totals) / 7, 2)         # summary figures: 2 decimals
     assert score["median"] == sorted(totals)[3]
-    assert (score["min"], score["max"]) == (min(totals), max(totals)) == (0.0, rubric.max_points)
+    assert (score["min"], score["max"]) == (min(totals), max(totals)) == (0.0, class_points(rubric))
     assert sum(score["histogram"]["counts"]) == 7
     assert score["histogram"]["counts"][-1] == 2          # alice and gina: full marks
     assert len(score["histogram"]["bin_edges"]) == len(score["histogram"]["counts"]) + 1
     # Pass rates are over the 5 students graded "ok"; check one test by hand.
-    names = [f"{lab.name}: {t}" for lab in rubric.labs.values() for t in lab.tests]
+    names = [f"{lab}: {t}" for lab in class_labs(rubric) for t in rubric.labs[lab].tests]
     assert list(data["tests"]) == names
     name = "lab1_attention: test_matches_pytorch_3d"
     passed = sum(any(t["name"] == name and t["status"] == "passed"
@@ -230,18 +247,20 @@ def test_rerun_skips_unchanged_and_regrades_only_the_changed(graded, tmp_path, r
     shutil.copytree(out0, out)
     before, csv_before = mtimes(out), (out / "grades.csv").read_bytes()
 
-    again = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
+    again = grade_batch(root, out=out, jobs=2, progress=False,
+                        course=Course(paths.KIT, batch_rubric), labs=class_labs(rubric))
     assert (again.graded, again.up_to_date) == (0, 7)
     assert mtimes(out) == before
     assert (out / "grades.csv").read_bytes() == csv_before
 
     shutil.copyfile((paths.KIT / "solutions") / "lab1_attention.py", root / "bob" / "lab1_attention.py")
-    changed = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
+    changed = grade_batch(root, out=out, jobs=2, progress=False,
+                          course=Course(paths.KIT, batch_rubric), labs=class_labs(rubric))
     assert (changed.graded, changed.up_to_date) == (1, 6)
     after = mtimes(out)
     assert [s for s in STUDENTS if after[s] != before[s]] == ["bob"]
     bob = next(r for r in read_csv(out / "grades.csv") if r["student"] == "bob")
-    assert float(bob["total"]) == rubric.max_points
+    assert float(bob["total"]) == class_points(rubric)
 
 
 # ------------------------------------------------------------------------- kill mid-run
@@ -256,7 +275,8 @@ def test_killed_batch_resumes_to_the_same_gradebook(graded, tmp_path, rubric, ba
     out = tmp_path / "out"
     proc = subprocess.Popen([*_grader_command(), "--rubric", str(batch_rubric), "batch",
                              str(root), "--out", str(out),
-                             "--jobs", "1", "--quiet"], start_new_session=True,
+                             "--jobs", "1", "--quiet", "--lab", ",".join(class_labs(rubric))],
+                            start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # The two refused zips are written at once; wait for a graded student or two more
@@ -273,7 +293,8 @@ def test_killed_batch_resumes_to_the_same_gradebook(graded, tmp_path, rubric, ba
     assert 3 <= done < len(STUDENTS), done
     assert not (out / "grades.csv").exists()
 
-    resumed = grade_batch(root, out=out, jobs=2, progress=False, course=Course(paths.KIT, batch_rubric))
+    resumed = grade_batch(root, out=out, jobs=2, progress=False,
+                          course=Course(paths.KIT, batch_rubric), labs=class_labs(rubric))
     assert resumed.up_to_date >= 3 and resumed.graded == len(STUDENTS) - resumed.up_to_date
     assert (out / "grades.csv").read_bytes() == (out0 / "grades.csv").read_bytes()
     assert (out / "summary.json").read_bytes() == (out0 / "summary.json").read_bytes()
@@ -300,11 +321,9 @@ def test_hostile_students_do_not_affect_others(tmp_path, rubric):
     hang.joinpath("lab1_attention.py").write_text("while True:\n    pass\n")
     gone = make_submission("ok_einsum", root / "c_exit_import")
     gone.joinpath("lab2_multihead.py").write_text("import os\nos._exit(3)\n")
-    # Every lab but those that train (lab 8: ~20 CPU-s of training): what is tested is that
-    # hostile students cost nobody else anything.
-    labs = [name for name, lab in rubric.labs.items()
-            if not any(t.budget and t.budget.cpu_s for t in lab.tests.values())]
-    assert "lab8_train_transformer" not in labs and len(labs) >= 4
+    # The class's labs (no measured calls, no training): what is tested is that hostile
+    # students cost nobody else anything.
+    labs = class_labs(rubric)
     quick = Course(paths.KIT, quick_rubric(tmp_path / "rubric.yaml", 3))
     grade_batch(root, out=tmp_path / "out", jobs=2, progress=False, course=quick, labs=labs)
 
