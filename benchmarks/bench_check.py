@@ -67,9 +67,11 @@ def case_folders(tmp: Path) -> dict[str, Path]:
             **{lab: solutions for lab in LABS}}
 
 
-def check_args(case: str, folder: Path) -> list[str]:
-    """``grader check``'s arguments for a case (a lab's name: that lab only)."""
-    return [str(folder), *(["--lab", case] if case in LABS else [])]
+def check_args(case: str, folder: Path, labs: list[str] | None = None) -> list[str]:
+    """``grader check``'s arguments for a case (a lab's name: that lab only; else ``labs``,
+    default: every lab)."""
+    only = [case] if case in LABS else labs or []
+    return [str(folder), *(["--lab", ",".join(only)] if only else [])]
 
 
 def grader_command() -> list[str]:
@@ -153,6 +155,8 @@ def main() -> int:
                         help="timeline runs per case (default: min(repeat, 3); 0: none)")
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"comma-separated, of {', '.join(CASES)}, each-lab")
+    parser.add_argument("--labs", help="comma-separated: the solutions, stubs and buggy cases "
+                                       "check only these labs (default: every lab)")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
@@ -165,6 +169,10 @@ def main() -> int:
     for c in cases:
         if c not in CASES:
             parser.error(f"unknown case {c!r}")
+    labs = [lab for lab in (args.labs or "").split(",") if lab]
+    for lab in labs:
+        if lab not in LABS:
+            parser.error(f"unknown lab {lab!r}")
     breakdown = min(args.repeat, 3) if args.breakdown is None else args.breakdown
     load_start = os.getloadavg()
     print(f"grader check, cold, {args.repeat} run(s) per case, {os.cpu_count()} CPUs; "
@@ -177,13 +185,13 @@ def main() -> int:
         walls: dict[str, list[float]] = {c: [] for c in cases}
         for _ in range(args.repeat):
             for case in cases:
-                wall, rc, text = run_plain(check_args(case, folders[case]))
+                wall, rc, text = run_plain(check_args(case, folders[case], labs))
                 check_output(case, rc, text)
                 walls[case].append(wall)
         timelines: dict[str, list[dict]] = {c: [] for c in cases}
         for _ in range(breakdown):
             for case in cases:
-                _, rc, timeline = run_timed(check_args(case, folders[case]), tmp)
+                _, rc, timeline = run_timed(check_args(case, folders[case], labs), tmp)
                 check_output(case, rc, "Total:" if timeline.get("output_end") else "")
                 timelines[case].append(timeline)
     load_end = os.getloadavg()

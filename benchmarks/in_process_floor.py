@@ -215,8 +215,9 @@ def _settle(clock: LabClock, timeout_s: float = 5.0) -> None:
         clock.reading()
 
 
-def measure(zygotes: dict, rubric, repeat: int) -> dict:
-    """CPU seconds per grading of the solutions for each zygote, graded in alternation.
+def measure(zygotes: dict, rubric, repeat: int, labs: list[str] | None = None) -> dict:
+    """CPU seconds per grading of the solutions for each zygote, graded in alternation
+    (on ``labs``, default: every lab of ``rubric``).
 
     Two warm-up gradings each; then ``repeat`` rounds of one grading per zygote, so that
     every way sees the same machine (its speed drifts over seconds). Torch runs one thread,
@@ -229,7 +230,7 @@ def measure(zygotes: dict, rubric, repeat: int) -> dict:
     try:
         graders = {name: Grader(Course(paths.KIT, rubric), zygote=zygote) for name, zygote in zygotes.items()}
         try:
-            return _measure(zygotes, graders, repeat)
+            return _measure(zygotes, graders, repeat, labs)
         finally:
             for grader in graders.values():
                 grader.close()
@@ -237,13 +238,13 @@ def measure(zygotes: dict, rubric, repeat: int) -> dict:
         torch.set_num_threads(threads)
 
 
-def _measure(zygotes: dict, graders: dict, repeat: int) -> dict:
+def _measure(zygotes: dict, graders: dict, repeat: int, labs: list[str] | None) -> dict:
     results, wall = {}, dict.fromkeys(zygotes, 0.0)
     spent: dict = {name: {} for name in zygotes}       # name -> (lab, test) -> CPU seconds
     training: dict = {name: [] for name in zygotes}
     for name in zygotes:
         for _ in range(2):
-            graders[name].grade((paths.KIT / "solutions"))
+            graders[name].grade((paths.KIT / "solutions"), labs=labs)
     handler0 = {n: dict(z.handler_by_key) for n, z in zygotes.items()
                 if isinstance(z, InProcessZygote)}
     for _ in range(repeat):
@@ -254,7 +255,7 @@ def _measure(zygotes: dict, graders: dict, repeat: int) -> dict:
             if isinstance(zygote, InProcessZygote):
                 zygote.clock = clock
             wall0 = time.perf_counter()
-            results[name] = graders[name].grade((paths.KIT / "solutions"), clock=clock)
+            results[name] = graders[name].grade((paths.KIT / "solutions"), labs=labs, clock=clock)
             wall[name] += time.perf_counter() - wall0
             _settle(clock)          # the workers' exits are the grading's (outside the labs)
             for key, seconds in clock.take().items():

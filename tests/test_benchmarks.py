@@ -27,7 +27,11 @@ def _load(name: str):
 # Resource tests measure each call in a fresh worker (the course reference's runs too):
 # lab 5's generate (student, reference); lab 6: 2 lengths for each of the two memory tests
 # by length, 1 for the 65,536-key one, 1 short + 1 long + 1 reference for the work test.
-MEASURED_CALLS = 2 + (2 + 2 + 1 + 3)
+MEASURED_CALLS = {"lab5_decoder": 2, "lab6_efficient_attention": 2 + 2 + 1 + 3}
+
+
+def measured_calls(rubric) -> int:
+    return sum(MEASURED_CALLS.get(lab, 0) for lab in rubric.labs)
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +49,17 @@ def test_in_process_floor_grades_the_solutions_as_the_sandbox_does(floor, rubric
     # lab, and one more for each measured call of a resource test (a fresh one each).
     labs = [w.server.lab for w in bare_zygote.workers]
     assert sorted(set(labs)) == sorted(rubric.labs)
-    assert len(labs) == len(rubric.labs) + MEASURED_CALLS
+    assert len(labs) == len(rubric.labs) + measured_calls(rubric)
     assert bare_zygote.handler_s > 0
 
 
 def test_floor_measures_both_ways_in_alternation(floor, rubric, zygote):
+    """On three labs (eight gradings of them: two warm-ups and two rounds, each way): one
+    without resource tests, one with measured calls, and lab 8, which trains."""
+    labs = ["lab1_attention", "lab5_decoder", "lab8_train_transformer"]
     bare = floor.InProcessZygote()
-    got = floor.measure({"sandboxed": zygote, "in_process": bare}, rubric, 2)
+    got = floor.measure({"sandboxed": zygote, "in_process": bare}, rubric, 2, labs=labs)
+    rubric = rubric.only(labs)
     assert got["same_report"] is True
     assert got["sandboxed"]["score"] == got["in_process"]["score"] == rubric.max_points
     assert got["sandboxed"]["lab_code_per_submission_s"] is None   # the workers' own time
@@ -61,7 +69,7 @@ def test_floor_measures_both_ways_in_alternation(floor, rubric, zygote):
     assert got["sandboxed"]["cpu_per_submission_s"] > got["in_process"]["cpu_per_submission_s"] - lab_code
     # Two warm-ups and two rounds, each a fresh worker per lab (the solutions kill none)
     # and per measured call.
-    assert len(bare.workers) == (2 + 2) * (len(rubric.labs) + MEASURED_CALLS)
+    assert len(bare.workers) == (2 + 2) * (len(rubric.labs) + measured_calls(rubric))
     # Per lab (#31): every lab, both ways; the labs and what is outside them add up to the
     # whole, and so does the lab code's part of each lab.
     for way in ("sandboxed", "in_process"):
@@ -114,13 +122,15 @@ def test_floor_report_states_the_budget_and_the_multiples(capsys):
 
 def test_bench_check_runs_grader_check_cold_and_prints_its_figures(tmp_path):
     """``benchmarks/bench_check.py`` in quick mode: one plain and one timed cold run of each
-    case; it prints (and writes) the figures. No timing is asserted: only that every run
+    case, on labs 1 and 2 (lab 8's public test trains: ~15 CPU-s a run); it prints (and
+    writes) the figures. No timing is asserted: only that every run
     graded as expected and every phase of the timeline was seen, in a possible order."""
     import json
     import subprocess
     figures = tmp_path / "figures.json"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_check.py"), "--repeat", "1",
                            "--breakdown", "1", "--cases", "solutions,stubs,buggy",
+                           "--labs", "lab1_attention,lab2_multihead",
                            "--json", str(figures)],
                           # a hang guard, not a speed limit: six cold `grader check` runs
                           # took 93 s at load 6, and scale with the load
@@ -163,6 +173,9 @@ def test_bench_check_covers_a_one_lab_check_of_every_lab(tmp_path):
     labs = sorted(p.stem for p in (paths.KIT / "solutions").glob("lab*.py"))
     assert len(labs) == 8 and set(labs) <= set(bench.CASES)
     assert bench.check_args("lab5_decoder", tmp_path) == [str(tmp_path), "--lab", "lab5_decoder"]
+    assert bench.check_args("buggy", tmp_path, ["lab1_attention", "lab2_multihead"]) == \
+        [str(tmp_path), "--lab", "lab1_attention,lab2_multihead"]
+    assert bench.check_args("solutions", tmp_path) == [str(tmp_path)]
     figures = tmp_path / "figures.json"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_check.py"), "--cases",
                            "lab3_positional", "--repeat", "1", "--breakdown", "1",
