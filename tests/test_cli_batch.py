@@ -30,6 +30,15 @@ def grader_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "grader.cli"]
 
 
+# A terminal's shell starts a foreground command with SIGINT at its default action. A test
+# run started in the background by a script (`pytest &`: how CI may start it) has SIGINT
+# ignored, and an ignored signal stays ignored across fork and exec, so the batch never saw
+# the test's Ctrl-C (it graded on and timed out). The command is started as a terminal would.
+AS_FROM_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; "
+                      "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
 def batch(*args, cwd=None):
     return subprocess.run([*grader_command(), "batch", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, env={**os.environ, "COLUMNS": "200"}, timeout=900,
@@ -105,7 +114,10 @@ def test_ctrl_c_prints_one_line_and_no_traceback(tmp_path, rubric):
     # terminal's Ctrl-C goes to the batch and every process it started.
     # Lab 1 only: the lab that hangs; a_first's other labs (a training) would only make the
     # wait for "graded 1/3" longer.
-    proc = subprocess.Popen([*grader_command(), "batch", str(root), "--out", str(out),
+    command = grader_command()
+    if not os.path.isabs(command[0]):
+        command[0] = str(Path(command[0]).resolve())
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, *command, "batch", str(root), "--out", str(out),
                              "--jobs", "1", "--lab", LAB1], start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: list[str] = []
