@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "guard"))
 import no_sandbox  # noqa: E402  (tests/guard: the fast loop's guard)
 
-from helpers import SharedTrainings, SharedZygote  # noqa: E402
+from helpers import SharedGradings, SharedTrainings, SharedZygote  # noqa: E402
 from grader import paths  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 
@@ -48,12 +48,20 @@ def zygote(rubric):
         shared.close()
 
 
+@pytest.fixture(scope="session")
+def graded(rubric, zygote, tmp_path_factory):
+    """graded(name, labs=None) -> (SubmissionResult, captured): fixture ``name`` (or
+    "solutions", "exercises") graded on ``labs`` once for every test of this process that
+    asks, kept only when it came out as its expect.yaml says (helpers.SharedGradings)."""
+    return SharedGradings(rubric, zygote, tmp_path_factory.mktemp("graded"))
+
+
 # Whole modules, and the fixtures, that make a test slow (pytest -m "not slow" leaves them):
 # every test that starts a sandbox or trains, here or in a process it starts. The guard
 # below fails a test that does so without being slow.
 SLOW_MODULES = {"test_attacks.py", "test_batch.py", "test_environment.py"}
 SLOW_FIXTURES = {"autograder_zip", "release", "graded_course",
-                 "zygote", "zygotes",          # a sandbox (and every fixture built on one)
+                 "zygote", "zygotes", "graded",  # a sandbox (and every fixture built on one)
                  "batch_out", "cluster"}       # a graded batch, a Dask cluster
 # Single tests that start a sandbox (in this process or in a grader process they start),
 # run nbgrader or a benchmark, in modules that are otherwise fast: module -> test functions.
@@ -93,6 +101,7 @@ SLOW_TESTS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the xdist_group marks it adds
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.path.name
@@ -100,6 +109,10 @@ def pytest_collection_modifyitems(config, items):
             # Its module's tests share what the fixture built (a graded class, a zygote per
             # mode): one test process runs them all, so it is built once (--dist loadgroup).
             item.add_marker(pytest.mark.xdist_group(module))
+        elif (fixture := _graded_fixture(item)) is not None:
+            # Every test of any module that asks ``graded`` for this fixture runs in one
+            # process, where its grading is shared (helpers.SharedGradings).
+            item.add_marker(pytest.mark.xdist_group(f"graded-{fixture}"))
         if module == "test_attacks.py":
             item.add_marker(pytest.mark.attacks)
         function = getattr(item, "originalname", item.name)
@@ -109,6 +122,32 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("mode") == "root" or item.get_closest_marker("root"):
             item.add_marker(pytest.mark.root)
+    if getattr(config.option, "loadgroup", False):
+        _name_the_groups(items)
+
+
+def _name_the_groups(items) -> None:
+    """What pytest-xdist 3.8 does for --dist loadgroup, done so that pytest 9.2 sees it: the
+    scheduler groups by the "@group" suffix of a test's id, which xdist writes to
+    ``item._nodeid``, an attribute pytest 9.2 no longer reads (its id is ``item._id``).
+    Without this every test goes to any process, and a fixture meant to be built once is
+    built in each (tests of test_batch, test_cluster ... ran against half-built state)."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if groups and hasattr(item, "_id") and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+def _graded_fixture(item) -> str | None:
+    """The fixture submission a test parametrized by one hands to ``graded``, if any."""
+    if "graded" not in getattr(item, "fixturenames", ()):
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((v for k, v in params.items() if k in ("name", "fixture")
+                 and isinstance(v, str)), None)
 
 
 def _shares_a_fixture_with_its_module(item) -> bool:

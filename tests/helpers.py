@@ -13,14 +13,16 @@ import io
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from grader import paths
 from grader.course import Course
 from grader.grading import VISIBILITIES, Grader
-from grader.results import SubmissionResult
+from grader.results import SubmissionResult, is_grader_fault
 from grader.sandbox import Zygote
 
 FIXTURES = Path(__file__).parent / "fixtures" / "submissions"
@@ -62,6 +64,17 @@ def labs_changed(name: str, rubric) -> list[str]:
     return [lab for lab in rubric.labs if rubric.labs[lab].file in files]
 
 
+def unbudgeted_labs(rubric) -> list[str]:
+    """The labs whose tests have no budget: no measured calls, no training (~2 s of a
+    grading instead of ~20). Tests of what is the same for every lab (a batch's
+    bookkeeping, a course's own inputs, a pytest session shared between students) grade
+    these; the budgeted labs have tests of their own."""
+    labs = [name for name, lab in rubric.labs.items()
+            if not any(t.budget for t in lab.tests.values())]
+    assert "lab8_train_transformer" not in labs and len(labs) >= 4
+    return labs
+
+
 def grade(submission, *, rubric, zygote, labs=None, visibility=VISIBILITIES, name=None,
           send_ahead: bool = False) -> SubmissionResult:
     """Grade one submission as ``grader grade`` does, on a zygote the test shares."""
@@ -96,6 +109,72 @@ class SharedZygote:
     def close(self) -> None:
         self.zygote.close()
 
+
+
+class SharedGradings:
+    """Gradings of fixture submissions shared by the tests of one process: ``(name, labs)``
+    -> ``(SubmissionResult, captured)``, graded as ``grade`` does on the shared zygote.
+
+    test_feedback (the diagnoses), test_grading (the points) and test_call_plan (one call
+    at a time) each asked for the same gradings: one grading now serves them all. Only a
+    grading that came out as the fixture's expect.yaml says (the labs it ``breaks`` lose
+    points, every other lab keeps full marks, no grader or platform fault) is kept: any
+    other result goes back to the test that asked for it alone, and the next test grades
+    afresh, so a test slowed past a time limit under load fails only itself.
+
+    ``captured``: for a correct submission (the solutions, an ``ok_`` fixture), every
+    test's calls as (lab, test, tolerance, calls), for test_feedback's forced-diagnosis
+    check; None for the others."""
+
+    def __init__(self, rubric, zygote, tmp_root: Path):
+        self.rubric, self.zygote, self.tmp_root = rubric, zygote, tmp_root
+        self.kept: dict = {}
+
+    def __call__(self, name: str, labs=None):
+        chosen = None if labs is None else tuple(lab for lab in self.rubric.labs if lab in labs)
+        key = (name, chosen)
+        if key in self.kept:
+            return self.kept[key]
+        got = self._grade(name, chosen, capture=name == "solutions" or name.startswith("ok_"))
+        if self._as_expected(name, got[0]):
+            self.kept[key] = got
+        return got
+
+    def _grade(self, name: str, labs, capture: bool):
+        from grader.engine.plugin import GradingPlugin, lab_of
+
+        folder = {"solutions": paths.KIT / "solutions",
+                  "exercises": paths.KIT / "exercises"}.get(name)
+        if folder is None:
+            folder = make_submission(name, Path(tempfile.mkdtemp(prefix=f"{name}-",
+                                                                 dir=self.tmp_root)))
+        captured = [] if capture else None
+
+        def teardown(plugin, item):
+            captured.append((lab_of(item), item.originalname,
+                             plugin._rubric_test(item).tolerance, list(plugin.session.calls)))
+
+        with contextlib.ExitStack() as stack:
+            if capture:
+                mp = stack.enter_context(pytest.MonkeyPatch.context())
+                mp.setattr(GradingPlugin, "pytest_runtest_teardown", teardown, raising=False)
+            result = grade(folder, rubric=self.rubric, zygote=self.zygote,
+                           labs=list(labs) if labs else None, name=name)
+        return result, captured
+
+    def _as_expected(self, name: str, result: SubmissionResult) -> bool:
+        """Whether ``result`` is what the fixture's expect.yaml says it is."""
+        if name != "solutions" and not (FIXTURES / name / "expect.yaml").is_file():
+            return False
+        breaks = set(expectation(name).get("breaks") or ()) if name != "solutions" else set()
+        if result.fault is not None or not result.labs:
+            return False
+        for lab in result.labs:
+            if is_grader_fault(lab.fault):
+                return False
+            if (lab.score < lab.max_score) != (lab.name in breaks):
+                return False
+        return True
 
 
 class SharedTrainings:

@@ -58,8 +58,10 @@ def release(tmp_path_factory) -> Path:
 
 def _bundle_env(bundle: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "GRADER_"))}
+    # COLUMNS: a table as wide as the messages the tests look for; otherwise its width is
+    # whatever the test process inherited (80 under pytest-xdist) and a reason is wrapped.
     env.update(PYTHONPATH=str(bundle), GRADER_COURSE_DIR=str(bundle),
-               PYTHONDONTWRITEBYTECODE="1")
+               PYTHONDONTWRITEBYTECODE="1", COLUMNS="200")
     return env
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import make_submission
+from helpers import labs_changed, make_submission
 from grader import paths
 from grader.course import Course
 from grader.engine.call_plan import CallPlan, PlannedCall
@@ -46,12 +46,6 @@ def ahead(rubric, zygote):
         yield grader
 
 
-@pytest.fixture(scope="module")
-def one_by_one(rubric, zygote):
-    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
-        yield grader
-
-
 def _call(target, *args):
     return {"op": "call", "target": target, "args": list(args), "kwargs": {}, "seed": 0}
 
@@ -77,12 +71,15 @@ def _session(zygote, scratch, plan: CallPlan):
     "bug_norm_first_ignored", "bug_dropout_in_eval", "bug_split_no_transpose",
     "bug_max_len_unchecked", "broken_import", "missing_lab3",
 ])
-def test_send_ahead_grades_like_one_call_at_a_time(name, ahead, one_by_one, tmp_path):
+def test_send_ahead_grades_like_one_call_at_a_time(name, ahead, graded, rubric, tmp_path):
+    """A fixture on the labs it changes (the others are the reference's files), the
+    solutions whole; one call at a time is the session's shared grading (``graded``)."""
+    labs = None if name == "solutions" else labs_changed(name, rubric)
     folder = (paths.KIT / "solutions") if name == "solutions" else make_submission(name, tmp_path / name)
-    sent_ahead = ahead.grade(folder, name=name)
-    assert ahead.call_plan() is not None
-    assert sent_ahead.to_dict_without_timings() == \
-        one_by_one.grade(folder, name=name).to_dict_without_timings()
+    sent_ahead = ahead.grade(folder, labs=labs, name=name)
+    assert ahead.call_plan(labs) is not None
+    one_by_one, _ = graded(name, labs)
+    assert sent_ahead.to_dict_without_timings() == one_by_one.to_dict_without_timings()
 
 
 def test_the_plan_is_each_tests_first_request_and_inputs_only(rubric, ahead):

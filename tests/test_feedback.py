@@ -5,7 +5,8 @@ and must be named on at least one failing test of every lab the fixture breaks, 
 mistake may be named there. Correct submissions (solutions/ and every ok_* fixture) get no
 diagnosis, not even when the diagnoser is forced to run on their (passing) tests. The HTML
 report must render: one row per test, embedded PNGs that decode, nothing of hidden tests'
-values or pictures. Each fixture is graded once (module cache) with the session's zygote.
+values or pictures. Each fixture is graded once for the whole test process (the session's
+``graded``, shared with test_grading and test_call_plan: tests/helpers.py SharedGradings).
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from helpers import (FIXTURES, expectation, fixture_names, grade as shared_grade, labs_changed,
-                     make_submission)
+from helpers import FIXTURES, expectation, fixture_names, labs_changed
 from grader import paths
 from grader.engine.compare import Mismatch, assert_close
 from grader.diagnose import diagnose, examine
 from grader.outputs.html import render_feedback_html, write_feedback_html
 from grader.mistakes import LABS, Mistake, all_mistakes, catalogue
-from grader.engine.plugin import GradingPlugin, lab_of
 from grader import results
 from grader.rubric import Tolerance
 from grader.engine.student import RecordedCall
@@ -110,37 +109,6 @@ NOT_DIAGNOSED = {"bug_forbidden_branch", "bug_materialised_scores", "bug_dense_b
                  "bug_lab8_decode_tokens_after_eos", "bug_lab8_loss_counts_pad",
                  "bug_lab6_memory_through_lab1"}
 CORRECT = ["solutions"] + fixture_names("ok_")
-
-
-@pytest.fixture(scope="module")
-def graded(rubric, zygote, tmp_path_factory):
-    """grade(name, labs=None) -> (SubmissionResult, [(lab, test, tol, calls)]), graded once.
-
-    The calls of every test (passing ones too) are captured through a teardown hook added
-    to the grading plugin, for the forced-diagnosis check on correct submissions.
-    """
-    cache = {}
-
-    def grade(name: str, labs: tuple[str, ...] | None = None):
-        key = (name, labs)
-        if key not in cache:
-            captured = []
-
-            def teardown(self, item):
-                captured.append((lab_of(item), item.originalname,
-                                 self._rubric_test(item).tolerance, list(self.session.calls)))
-
-            submission = {"solutions": (paths.KIT / "solutions"), "exercises": (paths.KIT / "exercises")}.get(name)
-            if submission is None:
-                submission = make_submission(name, tmp_path_factory.mktemp(name))
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(GradingPlugin, "pytest_runtest_teardown", teardown, raising=False)
-                result = shared_grade(submission, rubric=rubric, zygote=zygote,
-                                          labs=list(labs) if labs else None, name=name)
-            cache[key] = (result, captured)
-        return cache[key]
-
-    return grade
 
 
 def only_loss_curves(artifacts) -> bool:

@@ -12,7 +12,7 @@ import shutil
 import pytest
 import torch
 
-from helpers import grade, make_submission
+from helpers import make_submission, unbudgeted_labs
 from grader import paths
 from grader.course import Course
 
@@ -28,22 +28,28 @@ SEQUENCE = ["bug_softmax_dim", "ok_einsum", "broken_syntax", "missing_lab3",
             "bug_no_scale", "solutions"]
 
 
-def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, tmp_path):
+def test_a_shared_runner_grades_like_a_fresh_pytest_run(rubric, zygote, graded, tmp_path):
+    """On the labs without budgets (helpers.unbudgeted_labs), which hold every lab the
+    sequence changes: the session and the reference cache are the same for every lab."""
+    labs = unbudgeted_labs(rubric)
+    points = sum(rubric.labs[lab].max_points for lab in labs)
     folders = [(paths.KIT / "solutions") if name == "solutions" else
                make_submission(name, tmp_path / name) for name in SEQUENCE]
     with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:      # one pytest session for all
-        shared = [grader.grade(f, name=n) for f, n in zip(folders, SEQUENCE, strict=False)]
-    for folder, name, got in zip(folders, SEQUENCE, shared, strict=False):
-        fresh = grade(folder, rubric=rubric, zygote=zygote, name=name)
+        shared = [grader.grade(f, labs=labs, name=n)
+                  for f, n in zip(folders, SEQUENCE, strict=True)]
+    for name, got in zip(SEQUENCE, shared, strict=True):
+        fresh, _ = graded(name, labs)                                    # a Grader of its own
         assert got.to_dict_without_timings() == fresh.to_dict_without_timings(), name
-    scores = {name: r.score for name, r in zip(SEQUENCE, shared, strict=False)}
-    assert scores["solutions"] == scores["ok_einsum"] == rubric.max_points
-    assert scores["bug_softmax_dim"] < rubric.max_points
-    assert scores["broken_syntax"] < rubric.max_points
-    # every rubric test got a result in every submission
+    scores = {name: r.score for name, r in zip(SEQUENCE, shared, strict=True)}
+    assert scores["solutions"] == scores["ok_einsum"] == points
+    assert scores["bug_softmax_dim"] < points
+    assert scores["broken_syntax"] < points
+    # every rubric test of those labs got a result in every submission
     for result in shared:
+        assert [lab.name for lab in result.labs] == labs
         assert sum(len(lab.tests) for lab in result.labs) == sum(
-            len(spec.tests) for spec in rubric.labs.values())
+            len(rubric.labs[lab].tests) for lab in labs)
 
 
 def test_a_grader_runs_only_the_labs_and_visibility_asked_for(rubric, zygote):
@@ -143,5 +149,5 @@ def test_a_test_that_did_not_run_is_a_grader_fault_not_a_score(rubric, zygote, m
     monkeypatch.setattr(SuiteRunner, "run", run_losing_a_lab)
     with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader, \
             pytest.raises(GradingIncomplete, match="a test did not run") as exc:
-        grader.grade((paths.KIT / "solutions"))
+        grader.grade((paths.KIT / "solutions"), labs=list(rubric.labs)[:2])
     assert exc.value.exit_code == 3
