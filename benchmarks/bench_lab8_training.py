@@ -22,7 +22,9 @@ loss_history), and what the grader checks on the returned weights with the refer
   train's last 50 steps (its own figure);
 * the evidence of training: the median and lowest per-matrix correlation of the returned
   weights with the start, and the median with another start of the same kind (what weights
-  trained from any other start show).
+  trained from any other start show); what the matrices compute through the start
+  (``functional_correlations``: pooled and median, f_pool and f_med) and, pooled, through
+  another start (f_other: chance).
 
 Then the worst case over the starts. ``--submission`` trains another lab 8 file the same
 way (a fixture; a file that imports lab 1 gets the reference's lab 1 here, in this process:
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader import paths  # noqa: E402
+from grader.engine.reference import use_solutions  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 from grader.sandbox.protocol import GivenStart  # noqa: E402
 from grader.suites import _training  # noqa: E402
@@ -85,6 +88,9 @@ def measure(lab, start_seed: int, budget_s: float, train_seed: int) -> dict:
     correlations = sorted(_training.weight_correlations(start_state, final).values())
     other = sorted(_training.weight_correlations(_training.start_state(start_seed + 7_777),
                                                  final).values())
+    pooled, per_matrix = _training.functional_correlations(start_state, final, src, tgt)
+    chance, _ = _training.functional_correlations(_training.start_state(start_seed + 7_777),
+                                                  final, src, tgt)
     history = [float(x) for x in getattr(model, "loss_history", None) or []]
     return {
         "start": start_seed, "cpu_s": cpu_s, "steps": len(history), "final": final,
@@ -95,6 +101,8 @@ def measure(lab, start_seed: int, budget_s: float, train_seed: int) -> dict:
         "loss_after": _training.teacher_forced_loss(final, src, tgt),
         "corr_median": correlations[len(correlations) // 2], "corr_min": correlations[0],
         "other_median": other[len(other) // 2],
+        "func_pooled": pooled, "func_median": sorted(per_matrix.values())[len(per_matrix) // 2],
+        "func_other": chance,
         "problems": _training.training_problems({"state_dict": final, "start": start_state},
                                                 src, tgt),
     }
@@ -115,13 +123,15 @@ def main(argv=None) -> int:
                         help="torch.save the last start's trained state dict there")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    # The trusted side's reference model (what the grader scores with) is the kit's.
+    use_solutions(paths.KIT / "solutions")
     lab = load_lab(args.submission)
     budget = args.budget if args.budget is not None else rubric_budget()
     print(f"{args.submission or 'reference'}: train({args.train_seed}, {budget:g}), one "
           f"thread, {args.starts} grader starts; tier {TIER:.0%} exact on 512 of lengths 1-8")
     print(f"{'start':>5} {'cpu_s':>6} {'steps':>5} {'exact':>6} {'exact4k':>7} "
           f"{'loss0':>6} {'loss':>7} {'own50':>7} {'corr_med':>8} {'corr_min':>8} "
-          f"{'other':>6}  evidence")
+          f"{'other':>6} {'f_pool':>6} {'f_med':>6} {'f_other':>7}  evidence")
     rows = []
     for start_seed in range(args.first, args.first + args.starts):
         r = measure(lab, start_seed, budget, args.train_seed)
@@ -129,13 +139,16 @@ def main(argv=None) -> int:
         print(f"{r['start']:>5} {r['cpu_s']:>6.1f} {r['steps']:>5} {r['exact']:>6.1%} "
               f"{r['exact4k']:>7.2%} {r['loss_before']:>6.3f} {r['loss_after']:>7.4f} "
               f"{r['own_loss']:>7.4f} {r['corr_median']:>8.3f} {r['corr_min']:>8.3f} "
-              f"{r['other_median']:>6.3f}  "
+              f"{r['other_median']:>6.3f} {r['func_pooled']:>6.3f} {r['func_median']:>6.3f} "
+              f"{r['func_other']:>7.3f}  "
               f"{'ok' if not r['problems'] else '; '.join(r['problems'])}", flush=True)
     ok = all(r["exact"] >= TIER and r["cpu_s"] <= budget and not r["problems"] for r in rows)
     print(f"worst: cpu_s {max(r['cpu_s'] for r in rows):.1f} of {budget:g}, "
           f"exact {min(r['exact'] for r in rows):.1%} (4k: {min(r['exact4k'] for r in rows):.2%}), "
           f"loss {max(r['loss_after'] for r in rows):.4f}, "
-          f"corr_med {min(r['corr_median'] for r in rows):.3f}; "
+          f"corr_med {min(r['corr_median'] for r in rows):.3f}, "
+          f"f_pool {min(r['func_pooled'] for r in rows):.3f}, "
+          f"f_med {min(r['func_median'] for r in rows):.3f}; "
           f"mean cpu_s {sum(r['cpu_s'] for r in rows) / len(rows):.1f}, "
           f"mean exact {sum(r['exact'] for r in rows) / len(rows):.1%}")
     if args.save is not None:

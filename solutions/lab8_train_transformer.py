@@ -63,9 +63,12 @@ Weights set by hand can reverse digits too, so the start of your training is the
 while ``train`` runs, every ``Seq2SeqTransformer()`` you build starts from initial weights
 the grader draws (the default initialisation's kind, from a secret seed). The grader judges
 the returned weights against that start: their loss must be at most a quarter of the
-start's, and they must still hold much of it (training takes small steps). So train the
-model as it is built: any optimiser, schedule, clipping, label smoothing, float64 or keeping
-the best checkpoint is fine; re-initialising it, or loading weights from elsewhere, discards
+start's, and they must work through it: training adds to the start, and the trained
+model keeps computing with much of it (the grader measures how much of what each weight
+matrix computes on its sequences is what the start's matrix computes). So train
+the model as it is built: any optimiser, rate, schedule, weight decay, clipping, label
+smoothing, float64 or keeping the best checkpoint is fine; re-initialising it, or loading
+weights from elsewhere, discards
 the grader's start and earns no outcome points.
 
 What earns the points: the public training test (4 points) checks the budget, the loss

@@ -163,6 +163,93 @@ def test_the_first_step_that_reads_pad_shows_whether_the_loss_ignores_it(ignore_
     assert all("your loss counts PAD targets" in p for p in problems)
 
 
+def _trained_from(start: dict, steps: int, **optimiser) -> dict:
+    """The reference model trained ``steps`` steps of its own loop from ``start`` (one
+    thread, a fixed seed: the same weights every run), with AdamW(**optimiser)."""
+    torch.manual_seed(8)
+    generator = torch.Generator().manual_seed(8)
+    ref = _training.reference()
+    model = ref.Seq2SeqTransformer()
+    model.load_state_dict(start)
+    opt = torch.optim.AdamW(model.parameters(), betas=(0.9, 0.98), **optimiser)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model.train()
+        for _ in range(steps):
+            src, tgt = ref.make_batch(64, 1, 8, generator)
+            logits = model(src, tgt[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                               tgt[:, 1:].reshape(-1), ignore_index=ref.PAD)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.slow   # trains: ~30 CPU s
+def test_large_honest_steps_from_the_grader_start_are_evidence_of_training():
+    """A constant rate of 1e-2 with weight decay: honest training that moves far from the
+    start (median parameter correlation with it ~0.33, its lowest matrix ~0.20; #27 asked
+    0.4 and 0.25 and it lost the 10 outcome points). What its matrices compute still goes
+    much through the start's (pooled ~0.45), so it keeps them. The same weights mixed into
+    another start, as if shipped and blended: not through that start, and no longer
+    trained."""
+    start = _training.start_state(1234)
+    src, tgt = _training.heldout(torch.Generator().manual_seed(1), n=256)
+    honest = _trained_from(start, 1100, lr=1e-2, weight_decay=0.05)
+    correlations = sorted(_training.weight_correlations(start, honest).values())
+    assert correlations[len(correlations) // 2] < 0.4                  # the hard case
+    before = _training.teacher_forced_loss(start, src, tgt)
+    assert _training.teacher_forced_loss(honest, src, tgt) < 0.1 * before
+    pooled, per_matrix = _training.functional_correlations(start, honest, src, tgt)
+    assert pooled >= _training.FUNCTIONAL_MIN, (pooled, per_matrix)
+    assert _training.training_problems({"start": start, "state_dict": honest}, src, tgt) == []
+    other = _training.start_state(99)
+    blended = {k: v + 0.35 * other[k] if v.dim() == 2 else v for k, v in honest.items()}
+    problems = _training.training_problems({"start": other, "state_dict": blended}, src, tgt)
+    assert any("do not work through the start" in p for p in problems), problems
+
+
+@pytest.mark.slow   # trains: ~5 CPU s
+def test_a_start_kept_where_it_computes_nothing_is_no_evidence_of_training():
+    """Weights that hold the grader's start only in entries that multiply an exact zero
+    (here: residual dims 0-31, every LayerNorm's gain and bias at 0 there, so every matrix
+    that reads a LayerNorm's output reads zeros in its columns 0-31), and weights trained
+    from another start in the rest: the matrices correlate with the start (parameters), and
+    the model computes the same whatever the start. Not through the start."""
+    start = _training.start_state(1234)
+    src, tgt = _training.heldout(torch.Generator().manual_seed(2), n=128)
+    trained_elsewhere = _trained_from(_training.start_state(4321), 300, lr=3e-3)
+    reads_a_norm = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "ff.0.weight",
+                    "out.weight")
+
+    def forge(fill: dict) -> dict:
+        forged = {}
+        for name, value in trained_elsewhere.items():
+            value = value.clone()
+            if ".norm" in name or name.startswith("norm_"):
+                value[:32] = 0                               # dims 0-31 read as zeros
+            elif name.endswith(reads_a_norm):
+                value[:, :32] = fill[name][:, :32]           # what they multiply: zeros
+            forged[name] = value
+        return forged
+
+    forged = forge(start)
+    parameter = sorted(_training.weight_correlations(start, forged).values())
+    assert parameter[len(parameter) // 2] > 0.3, parameter     # the start is there...
+    pooled, per_matrix = _training.functional_correlations(start, forged, src, tgt)
+    assert pooled < _training.FUNCTIONAL_MIN, (pooled, per_matrix)   # ...doing nothing
+    # Another start in the same entries: the same model, to the last bit of the loss.
+    swapped = forge(_training.start_state(7))
+    assert _training.teacher_forced_loss(swapped, src, tgt) == \
+        _training.teacher_forced_loss(forged, src, tgt)
+    problems = _training.training_problems({"start": start, "state_dict": forged}, src, tgt)
+    assert any("do not work through the start" in p for p in problems), problems
+
+
 def test_weights_that_did_not_move_from_the_start_show_no_training():
     start = _training.start_state(5)
     src, tgt = _training.heldout(torch.Generator().manual_seed(1), n=64)

@@ -104,13 +104,16 @@ def _attack_submission(name: str, dest: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", ["atk_lab8_shipped_float16", "atk_lab8_blended_start",
-                                  "atk_lab8_silenced_layers_keep_start"])
+                                  "atk_lab8_silenced_layers_keep_start",
+                                  "atk_lab8_dead_entries_hold_start",
+                                  "atk_lab8_dead_entries_break_without_start"])
 def test_weights_not_trained_from_the_grader_start_earn_no_outcome_points(name, rubric, zygote,
                                                                           tmp_path):
     """Weights trained once elsewhere and shipped in the file as float16 (with a forged
-    "before training" snapshot), alone or mixed with the grader's start so that the
+    "before training" snapshot), alone, mixed with the grader's start, or holding it where
+    it computes nothing (silenced layers, entries that multiply an exact zero) so that the
     correlations look trained: the module tests pass, every outcome test fails, and the
-    public one says the weights did not come from the grader's start or did not train."""
+    public one says the weights do not work through the grader's start or did not train."""
     result = grade(_attack_submission(name, tmp_path / name), rubric=rubric, zygote=zygote,
                    labs=[LAB])
     tests = _tests(result)
@@ -118,5 +121,6 @@ def test_weights_not_trained_from_the_grader_start_earn_no_outcome_points(name, 
         {n: t.message for n, t in tests.items() if not t.passed}
     assert result.lab(LAB).score == MODULE_TESTS_PASS
     public = tests["test_train_returns_a_trained_model_within_budget"].message
-    assert "did not come from the start the grader gave train()" in public \
+    assert "do not work through the start the grader gave train()" in public \
+        or "did not come from the start the grader gave train()" in public \
         or "did not lower the loss enough" in public, public

@@ -111,14 +111,74 @@ def test_work_handed_to_lab1_fails_the_measured_tests_only(rubric, zygote, tmp_p
 
 
 @pytest.mark.slow
-def test_lab8_using_its_own_lab1_keeps_full_marks(rubric, zygote, tmp_path):
+@pytest.mark.xdist_group("graded-ok_lab8_own_lab1")   # its grading (a training) is shared
+def test_lab8_using_its_own_lab1_keeps_full_marks(graded):
     """Lab 8's Attention through lab 1's scaled_dot_product_attention: every call of its
     training answered, the reference's CPU time charged, within the budget: full marks."""
-    submission = make_submission("ok_lab8_own_lab1", tmp_path / "s")
-    lab8 = grade(submission, rubric=rubric, zygote=zygote,
-                 labs=["lab8_train_transformer"]).lab("lab8_train_transformer")
+    result, _ = graded("ok_lab8_own_lab1", ["lab8_train_transformer"])
+    lab8 = result.lab("lab8_train_transformer")
     assert lab8.score == lab8.max_score, [(t.name, t.message) for t in lab8.tests
                                           if not t.passed]
+
+
+# A training whose work is lab 1's: at each step it asks lab 1 (the course's reference) for
+# the attention of 256 queries over 256 keys, forward and backward, and stops by its own clock.
+CLOCKED_TRAINING = """
+import time
+import torch
+from lab1_attention import scaled_dot_product_attention
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+
+def train(seed, budget_s):
+    start = time.process_time()
+    model = Tiny()
+    q = torch.randn(1, 4, 256, 64, generator=torch.Generator().manual_seed(seed))
+    model.loss_history = []
+    while time.process_time() - start < 0.85 * budget_s:
+        out, _ = scaled_dot_product_attention(q * model.scale, q, q)
+        loss = out.square().mean()
+        loss.backward()
+        model.loss_history.append(float(loss))
+    return model
+"""
+
+
+@pytest.mark.slow
+def test_a_training_stopping_by_its_clock_is_charged_what_its_clock_showed(rubric, zygote,
+                                                                           tmp_path):
+    """time.process_time() in a worker counts the CPU time the course's reference spent
+    answering its calls into other labs, and the grader charges a training that and its
+    own (not the relay's framing): a training that stops by its clock at 85% of its budget
+    is charged between 85% of the budget and the 10% + 1 s the budget test allows. On
+    0188968 (the clock blind to the answers, the framing charged) a budget of 3 s was charged
+    several times over."""
+    budget = 3.0
+    submission = tmp_path / "s"
+    submission.mkdir()
+    (submission / "lab8_train_transformer.py").write_text(CLOCKED_TRAINING)
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
+        importable = grader._importable
+    reference = make_scratch({f.name: f.read_bytes()
+                              for f in (paths.KIT / "solutions").glob("lab*.py")})
+    session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
+                      importable=importable, reference_dir=reference.name)
+    try:
+        session.start_test(60, test="t", lab="lab8_train_transformer")
+        value, used = session.train("lab8_train_transformer", protocol.train_request(
+            "train", "Tiny", [0, budget], {}))
+        steps = len(value["loss_history"])
+        assert steps > 3, value["loss_history"]
+        assert 0.85 * budget <= used.cpu_s <= 1.1 * budget + 1.0, (used.cpu_s, steps)
+        assert session.fault is None, session.fault
+    finally:
+        session.close()
+        reference.cleanup()
 
 
 # ----------------------------------------------------------------- the grading process's peak

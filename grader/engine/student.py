@@ -21,7 +21,7 @@ from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.lab_clock import LabClock
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
                             memcg, protocol, usage, wire)
-from grader.sandbox.channel import LOAD_STRETCH_MAX
+from grader.sandbox.channel import LOAD_STRETCH_MAX, Answer
 from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
 
@@ -198,12 +198,13 @@ class Session:
     # or the StudentError: a lab's outcome tests share one training (``train``).
     trained: dict = field(default_factory=dict)
     # The reference workers answering calls into other labs: (calling lab, other lab) ->
-    # Worker; the CPU time they spent since ``reference_cpu_ns`` was last reset (a
-    # training's is the student's); ``measuring``: a measured call's own reference workers
+    # Worker; the CPU time their answers took since ``reference_cpu_ns`` was last reset (a
+    # training's is the student's; ``_reference_answer``); ``measuring``: a measured call's own reference workers
     # (fresh ones, ended with it: what they use in its window is the call's, see
     # ``_MeasuredReferences``), or None.
     reference_workers: dict = field(default_factory=dict)
     reference_cpu_ns: int = 0
+    last_answer_cpu_ns: int = 0     # the CPU time of the last answer (``_answer``)
     measuring: "_MeasuredReferences | None" = None
     relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
@@ -305,7 +306,7 @@ class Session:
             raise StudentError(kind="crash", message=f"the sandbox failed: {exc}",
                                lab=lab) from None
         if by_reference:
-            worker.on_callback = functools.partial(self._callback, lab)
+            worker.on_callback = functools.partial(self._answer, lab)
         self._watch(worker)
         return worker
 
@@ -516,8 +517,9 @@ class Session:
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
             # What the course's reference computed for it (its lab 1's attention, say) is
-            # the training's CPU time too: added here, read from the reference worker's
-            # accounting (the student's worker sleeps while a call is answered).
+            # the training's CPU time too: added here, each answer's own as the reference
+            # worker timed it (``_reference_answer``; the student's worker sleeps while a
+            # call is answered, and its clock counts the answers: ``Server.callback``).
             return value, replace(used, cpu_s=used.cpu_s + self.reference_cpu_ns / 1e9)
         except StudentError as exc:
             return exc
@@ -541,6 +543,14 @@ class Session:
             reply = worker.receive(timeout_s=remaining)
             self._credit_load(worker)
         return self._reply_value(worker, lab, reply)
+
+    def _answer(self, lab: str, req, raw: wire.Raw | None = None) -> Answer:
+        """``_callback``'s value and the CPU time the reference's answer took: the reply
+        tells the student's worker, whose clock (``time.process_time``) then shows what its
+        test is charged for the call."""
+        self.last_answer_cpu_ns = 0
+        value = self._callback(lab, req, raw)
+        return Answer(value, self.last_answer_cpu_ns)
 
     def _callback(self, lab: str, req, raw: wire.Raw | None = None) -> object:
         """The course's reference answering a call that ``lab``'s code made into another lab:
@@ -637,18 +647,24 @@ class Session:
                                f"(memory, CPU time) or a reply over "
                                f"{worker.reply_bytes >> 20} MiB [{exc}]") from None
         finally:
+            # What the call is charged (a training's CPU time, a measured call's): the
+            # answer's own CPU time as the reference worker timed it (the course's code
+            # around the reference function), never more than the kernel counted for the
+            # whole exchange; the whole exchange where there is no such figure. Not the
+            # relay's framing, which an inline computation would not have: at ~2.5 ms an
+            # exchange it was three quarters of what lab 8's training through lab 1 was
+            # charged for the reference's work (ok_lab8_own_lab1: 16.6 CPU-s of 4.1).
             spent = None
             with contextlib.suppress(OSError, TypeError):
                 spent = usage.reading(worker.pid).cpu_ns - before
-                self.reference_cpu_ns += spent
+            told = reply.get("cpu_ns") if isinstance(reply, dict) else None
+            if type(told) is int and told >= 0 and spent is not None:
+                spent = min(spent, told)
+            spent = max(0, spent or 0)
+            self.reference_cpu_ns += spent
+            self.last_answer_cpu_ns = spent
             if self.measuring is not None:
-                # The answer's own CPU time as the reference worker timed it (the course's
-                # code around the reference function), never more than the kernel counted
-                # for the whole exchange; the whole exchange where there is no such figure.
-                told = reply.get("cpu_ns") if isinstance(reply, dict) else None
-                if type(told) is int and told >= 0 and spent is not None:
-                    spent = min(spent, told)
-                self.measuring.spent(spent or 0)
+                self.measuring.spent(spent)
         if not isinstance(reply, dict):
             worker.kill()
             raise RuntimeError(f"the course's {other} sent a malformed reply")

@@ -42,6 +42,15 @@ LOAD_STRETCH_MAX = 3.0    # a limit stretched by load to at most 4x its wall tim
 
 
 @dataclass
+class Answer:
+    """What ``Worker.on_callback`` may return: the value (or a ``wire.Raw`` of it) and the
+    CPU time (ns) another process spent computing it, which the reply tells the worker (its
+    clock counts it: the grader charges it to the worker's test)."""
+    value: object
+    cpu_ns: int = 0
+
+
+@dataclass
 class Worker:
     """One live worker process, reached over ``sock``.
 
@@ -72,8 +81,8 @@ class Worker:
     _relaying: bool = False
     answered: int = 0           # replies read; the worker numbers each reply (its "seq")
     # Answers the worker's calls into other labs (protocol "Callbacks"): (request, the
-    # frame as a ``wire.Raw``) -> the value, or a ``wire.Raw`` of it to relay as it is;
-    # raises to refuse. None: this worker is provided no other lab.
+    # frame as a ``wire.Raw``) -> the value, or a ``wire.Raw`` of it to relay as it is, or
+    # an ``Answer`` of either; raises to refuse. None: this worker is provided no other lab.
     on_callback: Callable[[dict, wire.Raw], object] | None = None
     # A reply's wall-clock limit follows the CPU the machine gave the worker: the time its
     # threads waited, runnable, for a CPU (load) is added to the deadline, up to
@@ -117,11 +126,12 @@ class Worker:
         self.pending += count
         self._pump()
 
-    def _queue_reply(self, answer) -> None:
+    def _queue_reply(self, answer, cpu_ns: int) -> None:
         if isinstance(answer, wire.Raw):
-            chunks = wire.parts({"callback_reply": {"ok": answer.tree}}, answer.payload)
+            chunks = wire.parts({"callback_reply": {"ok": answer.tree, "cpu_ns": cpu_ns}},
+                                answer.payload)
         else:
-            chunks = [wire.encode({"callback_reply": answer})]
+            chunks = [wire.encode({"callback_reply": {**answer, "cpu_ns": cpu_ns}})]
         for chunk in chunks:
             self._queue(chunk)
 
@@ -167,12 +177,12 @@ class Worker:
                     self.load_delay_s = max(
                         0.0, (usage.run_delay_ns(self.pid) - self._delay_at) / 1e9)
                     return (frame, kept) if raw else frame
-                answer = self._callback(frame, kept)
+                answer, cpu_ns = self._callback(frame, kept)
                 del frame, kept             # the request's buffer goes before the reply's
                 # No local of this frame keeps the reply's buffer: a traceback of a later
                 # timeout here (kept for the test's report) would hold it until the cyclic
                 # garbage collector ran.
-                self._queue_reply(answer)
+                self._queue_reply(answer, cpu_ns)
                 del answer
                 self._relaying = True
                 self._pump()
@@ -184,16 +194,20 @@ class Worker:
             self.kill()
             raise WorkerDied(str(exc)) from None
 
-    def _callback(self, frame: dict, kept: wire.Raw):
+    def _callback(self, frame: dict, kept: wire.Raw) -> tuple[object, int]:
         """The reply to a worker's call into another lab: {"ok": value} or {"error": why},
-        or a ``wire.Raw`` of the value (relayed as it came from a reference worker)."""
+        or a ``wire.Raw`` of the value (relayed as it came from a reference worker); and
+        the CPU time (ns) the answer took elsewhere (``Answer``)."""
         if self.on_callback is None:
-            return {"error": "no other lab is provided to this lab"}
+            return {"error": "no other lab is provided to this lab"}, 0
         try:
             value = self.on_callback(frame["callback"], kept.part("callback"))
         except Exception as exc:  # noqa: BLE001 - refused or failed: the student's call raises
-            return {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        return value if isinstance(value, wire.Raw) else {"ok": value}
+            return {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0
+        cpu_ns = 0
+        if isinstance(value, Answer):
+            value, cpu_ns = value.value, max(0, int(value.cpu_ns))
+        return (value if isinstance(value, wire.Raw) else {"ok": value}), cpu_ns
 
     def _pump(self) -> None:
         """Send what the socket takes now of the queued chunks, without waiting."""

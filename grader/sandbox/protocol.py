@@ -77,7 +77,8 @@ checks and relays values; it runs nothing. A lab's points depend on that lab's c
   student worker -> grader  {"callback": callback_request(...)}, while answering a request
   grader -> reference worker  reference_call_request(callback): op "reference_call",
                         answered by ``answer_callback`` with the reference lab's function
-  grader -> student worker  {"callback_reply": {"ok": value} | {"error": str}}
+  grader -> student worker  {"callback_reply": {"ok": value} | {"error": str}}, each
+                        with "cpu_ns": int, the answer's CPU time
 
   lab, target   str: the other lab's module and the function in it
   args, kwargs  as for "call"; seed: int, the CPU generator's seed before the call
@@ -93,8 +94,10 @@ lengths, positions, chunk counts), a reply above its byte cap, and a call past t
 cap on bytes relayed. It relays the tensors' bytes as they came (a frame's header is
 rewritten, its payload never rebuilt into tensors), and reads no further frame from a
 student worker until its last reply has been sent (one reply held at a time). There is no
-count of calls; the reference worker's time is the calling test's (same deadline) and its
-CPU time is added to a training's; a measured call (``Session.measure``) has
+count of calls; the reference worker's time is the calling test's (same deadline) and each
+answer's own CPU time (``cpu_ns`` in its reply, as the reference worker timed it) is added to
+a training's and told to the student's worker in ``callback_reply`` ("cpu_ns": int), whose
+``time.process_time`` counts it; a measured call (``Session.measure``) has
 reference workers of its own, whose CPU time and memory in its window are the call's.
 
 Imported by path in the zygote and the worker (``import protocol``), and as

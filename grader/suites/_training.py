@@ -19,13 +19,28 @@ returned weights to be
 1. trained: their teacher-forced loss on held-out sequences at most ``LOSS_DROP`` times that
    of the grader's start (near chance, ln 13 ~ 2.56, by construction; a trained model:
    0.001-0.1, the reference 0.001);
-2. attributable to the grader's start: the median, over the 2-D weight matrices, of the
-   correlation between the grader's initial matrix and the returned one is at least
-   ``CORRELATION_MIN``. Training takes small steps and keeps much of the random start in
-   every matrix (the reference: 0.90); weights learnt from any other start are
-   independent of this one (median 0.00, bench). Mixing the grader's start into weights
-   learnt elsewhere buys the correlation only by breaking the model: 0.35 x the start
-   gives a median of 0.31 at a loss of 0.84, 0.5 x gives 0.42 at 1.63 (docs/security.md).
+2. working *through* the grader's start: of what the weight matrices compute on the
+   grader's sequences, a large part must be what the start's matrices compute
+   (``functional_correlations``). Training takes steps from the start and keeps much of it
+   in use; weights learnt elsewhere do not use this start, even where they hold it. A
+   correlation of the *parameters* alone was beaten (#27, helper attack): the start kept
+   only in entries that multiply an exact zero (residual dims whose LayerNorm gain is 0,
+   value dims and ReLU units with zero rows, embedding rows never read) gives any
+   parameter correlation at no cost, while the model computes the same without it. So each
+   matrix W (and the start's S) is judged by what it contributes on the grader's sequences:
+   at every position, g . (W x), x the matrix's input there (centred over the positions:
+   an input that never varies is a bias, and a bias can cancel what S adds) and g the
+   gradient there of a random projection of the logits (zero wherever the output is not
+   used). The correlation of those contributions of W and of S, pooled over all matrices
+   (each weighed by what it contributes: a matrix fed almost nothing counts for almost
+   nothing), must be at least ``FUNCTIONAL_MIN``, and its median over the matrices at least
+   ``FUNCTIONAL_MEDIAN_MIN``. Measured at two starts (bench_lab8_training.py, tests): the
+   reference 0.80 pooled / 0.84-0.87 median, a constant Adam rate of 1e-2 with or without
+   weight decay 0.38-0.45 / 0.56-0.72; the dead-entry attacks 0.02-0.18 / 0.00-0.07, weights
+   of another start mixed with this one 0.17-0.42 at a loss that fails 1.;
+3. in every matrix: each 2-D matrix's *parameter* correlation with the grader's at least
+   ``CORRELATION_FLOOR``, so that no matrix can simply be shipped (a cheap check that makes
+   a forger build and maintain dead entries at least).
 """
 
 from __future__ import annotations
@@ -49,14 +64,19 @@ TRAIN_SEED = 8              # the seed every outcome test passes: one training p
 LONGER_LENGTHS = (9, 31)    # up to max_len - 1: reported, not scored
 CHANCE_LOSS = math.log(13)
 LOSS_DROP = 0.25            # the trained loss: at most a quarter of the start's (module doc)
-CORRELATION_MIN = 0.4       # median per-matrix correlation with the grader's start (module doc)
-# Every matrix, not only the median: a file that silenced half the sub-layers (LayerNorm
-# gains and biases at 0, so their matrices can stay exactly at the grader's start: median
-# 1.00) and shipped the other matrices from elsewhere (~0.0) passed the median alone
-# (re-attack of #27, atk_lab8_silenced_layers_keep_start). The reference's lowest matrix is
-# 0.82; a matrix learnt from any other start is ~0.0 (sd 1/sqrt(elements), 0.016 for
-# 64 x 64), and a shipped matrix mixed with the start to pass 0.25 needs ~0.25x of it.
-CORRELATION_FLOOR = 0.25
+# What the weight matrices compute, correlated with what the start's compute (module doc):
+# pooled over the matrices, and the median per matrix. Honest 0.38-0.80 pooled and
+# 0.56-0.87 median (large constant steps at the bottom); attacks at most 0.18 and 0.07.
+FUNCTIONAL_MIN = 0.25
+FUNCTIONAL_MEDIAN_MIN = 0.3
+FUNCTIONAL_DRAWS = 4        # random projections of the logits (seeded: the same every time)
+# Every matrix's parameters: a file that silenced half the sub-layers (LayerNorm gains and
+# biases at 0, so their matrices could stay exactly at the grader's start) and shipped the
+# other matrices from elsewhere (~0.0) passed a median alone (re-attack of #27,
+# atk_lab8_silenced_layers_keep_start). The reference's lowest matrix is 0.82; a matrix
+# learnt from any other start is ~0.0 (sd 1/sqrt(elements), 0.016 for 64 x 64). 0.15: an
+# honest constant Adam rate of 1e-2 with weight decay leaves its lowest matrix at 0.20.
+CORRELATION_FLOOR = 0.15
 HIDDEN_TIERS = (0.5, 0.8, 0.95)     # exact-match fractions of the hidden outcome tests
 
 
@@ -96,6 +116,71 @@ def weight_correlations(initial: dict, final: dict) -> dict[str, float]:
         value = torch.corrcoef(pair)[0, 1]
         out[name] = float(value) if bool(torch.isfinite(value)) else 0.0
     return out
+
+
+@memoized  # the same weights are checked by every outcome test
+def functional_correlations(initial: dict, final: dict, src: torch.Tensor,
+                            tgt: torch.Tensor) -> tuple[float, dict[str, float]]:
+    """(pooled, {matrix name: correlation}): how much of what each weight matrix of
+    ``final`` computes on (src, tgt) (teacher forcing, the reference forward) is what the
+    ``initial`` matrix computes (module doc, 2.). For a matrix W with input x and output
+    gradient g at each position (g of a random projection of the logits, PAD targets left
+    out; FUNCTIONAL_DRAWS projections), its contribution there is g . (W x), x centred over
+    the positions; the same with the start's S in W's place. Embeddings count as matrices
+    on one-hot inputs. Correlations are uncentred (both have mean ~0) and 0.0 where a
+    matrix contributes nothing."""
+    model = load_model(final)
+    layers = {name: m for name, m in model.named_modules()
+              if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
+    inputs, outputs = {}, {}
+
+    def keep(name):
+        def hook(module, args, out):
+            x = args[0]
+            if isinstance(module, torch.nn.Embedding):
+                x = F.one_hot(x, module.num_embeddings)
+            x = x.detach().reshape(-1, x.size(-1)).double()       # (positions, in)
+            inputs[name] = x - x.mean(dim=0)
+            out.retain_grad()
+            outputs[name] = out
+        return hook
+
+    hooks = [m.register_forward_hook(keep(name)) for name, m in layers.items()]
+    sums = {name: [0.0, 0.0, 0.0] for name in layers}      # <tW, tS>, |tW|^2, |tS|^2
+    gen = torch.Generator().manual_seed(0)
+    try:
+        for _ in range(FUNCTIONAL_DRAWS):
+            model.zero_grad(set_to_none=True)
+            with torch.enable_grad():
+                logits = model(src, tgt[:, :-1])                   # (B, T, vocab)
+                scored = (tgt[:, 1:] != PAD).unsqueeze(-1).to(logits.dtype)
+                (logits * torch.randn(logits.shape, generator=gen) * scored).sum().backward()
+            for name, module in layers.items():
+                out = outputs[name]
+                if out.grad is None:
+                    continue
+                g = out.grad.detach().reshape(-1, out.size(-1)).double()  # (positions, out)
+                w = final[f"{name}.weight"].double()
+                s = initial[f"{name}.weight"].double()
+                if isinstance(module, torch.nn.Embedding):         # (vocab, d): in x out
+                    w, s = w.T, s.T
+                t_w = ((inputs[name] @ w.T) * g).sum(dim=1)        # (positions,)
+                t_s = ((inputs[name] @ s.T) * g).sum(dim=1)
+                acc = sums[name]
+                acc[0] += float(t_w @ t_s)
+                acc[1] += float(t_w @ t_w)
+                acc[2] += float(t_s @ t_s)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+    def corr(dot, ww, ss):
+        value = dot / math.sqrt(ww * ss) if ww > 0 and ss > 0 else 0.0
+        return value if math.isfinite(value) else 0.0
+
+    per_matrix = {f"{name}.weight": corr(*acc) for name, acc in sums.items()}
+    pooled = corr(*(sum(acc[i] for acc in sums.values()) for i in range(3)))
+    return pooled, per_matrix
 
 
 D_MODEL, D_FF, LAYERS, VOCAB = 64, 128, 2, 13      # the contract's default sizes
@@ -180,15 +265,19 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
             "curve falls and this one does not, your loss compares other positions than "
             "these (teacher forcing off by one?); if the module tests fail too, your forward "
             "differs from the contract and the weights learnt to work with yours only")
-    correlations = weight_correlations(start, final)
-    median = sorted(correlations.values())[len(correlations) // 2] if correlations else 0.0
-    if not median >= CORRELATION_MIN:
+    pooled, per_matrix = functional_correlations(start, final, src, tgt)
+    median = sorted(per_matrix.values())[len(per_matrix) // 2] if per_matrix else 0.0
+    if not (pooled >= FUNCTIONAL_MIN and median >= FUNCTIONAL_MEDIAN_MIN):  # NaN: not shown
         problems.append(
-            f"the returned weights did not come from the start the grader gave train() "
-            f"(median correlation per weight matrix with the grader's initial weights "
-            f"{median:.2f}, at least {CORRELATION_MIN:g} expected; training keeps most of the "
-            "start): every Seq2SeqTransformer() built in train() starts from weights the grader "
-            "draws; train that model, and do not re-initialise or load other weights into it")
+            f"the returned weights do not work through the start the grader gave train(): "
+            f"of what their weight matrices compute on the grader's sequences, the part that "
+            f"the grader's initial matrices compute correlates {pooled:.2f} (median per "
+            f"matrix {median:.2f}; at least {FUNCTIONAL_MIN:g} and {FUNCTIONAL_MEDIAN_MIN:g} "
+            f"expected: a model trained from the start keeps using much of it). Every "
+            "Seq2SeqTransformer() built in train() starts from weights the grader draws; "
+            "train that model as built, and do not re-initialise it, load other weights "
+            "into it or leave parts of it unused")
+    correlations = weight_correlations(start, final)
     lowest = min(correlations, key=correlations.get) if correlations else None
     if lowest is not None and not correlations[lowest] >= CORRELATION_FLOOR:
         problems.append(
