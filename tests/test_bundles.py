@@ -225,6 +225,12 @@ def test_grader_check_runs_from_the_unpacked_bundle(release, tmp_path):
     public_points = sum(t["points"] for spec in _raw_rubric()["labs"].values()
                         for t in spec["tests"].values() if t["visibility"] == "public")
     assert f"Total: {public_points}/{public_points}" in solved.stdout
+    # Lab 8's training is judged as far as a release can (no reference model), and the
+    # student is told what is left to the grading.
+    assert "Your training:" in solved.stdout
+    words = " ".join(w for w in solved.stdout.split() if w != "│")     # a table's wrapped cells
+    assert "Not checked here (this release has no reference model)" in words
+    assert "the grading checks it" in words
 
     # No mistake catalogue in a release (it is built from the solutions), so no named
     # mistake: the failure messages still say in words what differs, and the README

@@ -27,6 +27,12 @@ def use_solutions(folder: str | Path | None) -> None:
     _solutions = Path(folder) if folder is not None else None
 
 
+def has_reference(lab: str) -> bool:
+    """Whether ``lab``'s reference solution can be loaded: never in a student release,
+    which holds the public tests' stored answers instead (suites/_snapshot.py)."""
+    return _solutions is not None and (_solutions / f"{lab}.py").is_file()
+
+
 def load_reference(lab: str) -> ModuleType:
     """The solutions module for ``lab`` (e.g. ``"lab3_positional"``)."""
     if _solutions is None:

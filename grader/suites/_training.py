@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from grader.engine.compare import Mismatch, assert_true
 from grader.engine.memo import memoized
+from grader.engine.reference import has_reference
 from grader.engine.student import StudentError
 # The reference model on the grader's sequences, shared with lab 8's mistakes (which may
 # not import the suites); the suites import these names from here.
@@ -240,11 +241,15 @@ def start_state(seed: int) -> dict:
 
 def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
                       loss_of=None, model_words: str = "the contract's model (the grader's "
-                      "reference forward with your weights)") -> list[str]:
+                      "reference forward with your weights)",
+                      through_start: bool = True) -> list[str]:
     """Why the returned weights ``reply["state_dict"]`` do not show training from the
     grader's start ``reply["start"]`` (empty: they do); each reason teaches.
     ``loss_of(state_dict, src, tgt)``: the teacher-forced loss (default: the reference's,
-    ``teacher_forced_loss``); ``model_words`` names the model it runs."""
+    ``teacher_forced_loss``); ``model_words`` names the model it runs. ``through_start``:
+    whether to judge what the matrices compute (2. of the module doc), which runs the
+    reference model: False where there is none (a student release's public test; the
+    grading's hidden tests always judge it)."""
     loss_of = loss_of or teacher_forced_loss
     start, final = reply["start"], reply["state_dict"]
     before = loss_of(start, src, tgt)
@@ -265,18 +270,8 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
             "curve falls and this one does not, your loss compares other positions than "
             "these (teacher forcing off by one?); if the module tests fail too, your forward "
             "differs from the contract and the weights learnt to work with yours only")
-    pooled, per_matrix = functional_correlations(start, final, src, tgt)
-    median = sorted(per_matrix.values())[len(per_matrix) // 2] if per_matrix else 0.0
-    if not (pooled >= FUNCTIONAL_MIN and median >= FUNCTIONAL_MEDIAN_MIN):  # NaN: not shown
-        problems.append(
-            f"the returned weights do not work through the start the grader gave train(): "
-            f"of what their weight matrices compute on the grader's sequences, the part that "
-            f"the grader's initial matrices compute correlates {pooled:.2f} (median per "
-            f"matrix {median:.2f}; at least {FUNCTIONAL_MIN:g} and {FUNCTIONAL_MEDIAN_MIN:g} "
-            f"expected: a model trained from the start keeps using much of it). Every "
-            "Seq2SeqTransformer() built in train() starts from weights the grader draws; "
-            "train that model as built, and do not re-initialise it, load other weights "
-            "into it or leave parts of it unused")
+    if through_start:
+        problems += _through_start_problems(start, final, src, tgt)
     correlations = weight_correlations(start, final)
     lowest = min(correlations, key=correlations.get) if correlations else None
     if lowest is not None and not correlations[lowest] >= CORRELATION_FLOOR:
@@ -287,6 +282,32 @@ def training_problems(reply: dict, src: torch.Tensor, tgt: torch.Tensor,
             f"{CORRELATION_FLOOR:g}, training keeps much of the start in each): train every "
             "part of the model as built, and do not load weights into any of it")
     return problems
+
+
+def can_judge_through_start() -> bool:
+    """Whether this process has the contract's reference model to judge what the returned
+    matrices compute (2. of the module doc): the course's grading does, a student release
+    does not."""
+    return has_reference(LAB)
+
+
+def _through_start_problems(start: dict, final: dict, src: torch.Tensor,
+                            tgt: torch.Tensor) -> list[str]:
+    """Why ``final`` does not work through the grader's ``start`` (2. of the module doc;
+    empty: it does). NaN correlations fail: every comparison asks for the good case."""
+    pooled, per_matrix = functional_correlations(start, final, src, tgt)
+    median = sorted(per_matrix.values())[len(per_matrix) // 2] if per_matrix else 0.0
+    if pooled >= FUNCTIONAL_MIN and median >= FUNCTIONAL_MEDIAN_MIN:
+        return []
+    return [
+        f"the returned weights do not work through the start the grader gave train(): "
+        f"of what their weight matrices compute on the grader's sequences, the part that "
+        f"the grader's initial matrices compute correlates {pooled:.2f} (median per "
+        f"matrix {median:.2f}; at least {FUNCTIONAL_MIN:g} and {FUNCTIONAL_MEDIAN_MIN:g} "
+        f"expected: a model trained from the start keeps using much of it). Every "
+        "Seq2SeqTransformer() built in train() starts from weights the grader draws; "
+        "train that model as built, and do not re-initialise it, load other weights "
+        "into it or leave parts of it unused"]
 
 
 def pad_loss_problems(reply: dict) -> list[str]:
