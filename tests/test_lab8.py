@@ -492,3 +492,25 @@ def test_the_tests_shared_trainings_keep_successes_only(tmp_path):
     assert len(calls) == 2
     assert train(session, LAB, {"op": "train", "seed": 1}) == ({"weights": 2}, "measured")
     assert len(calls) == 3
+
+
+def test_the_per_row_eos_case_catches_tokens_after_eos_at_every_course_secret():
+    """The hidden per-row EOS test draws its weights from the course's generator. Before,
+    a draw was taken once its expected tokens held a PAD; at 2 of 60 generators that PAD
+    was a generated token, or the argmax after EOS was PAD, and a decode that keeps its
+    argmax tokens after EOS passed (bug_lab8_decode_tokens_after_eos passed in a full run).
+    Now the drawn case separates that decode from the reference's at every generator."""
+    import importlib.util
+
+    path = paths.KIT / "grader" / "suites" / "hidden" / "test_lab8_train_transformer.py"
+    spec = importlib.util.spec_from_file_location("hidden_lab8_for_test", path)
+    hidden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hidden)
+    from grader.suites._inputs import same_decoding
+
+    for seed in range(60):
+        sd, src, expected = hidden.per_row_eos_case(torch.Generator().manual_seed(seed))
+        keeps_tokens = hidden._without_pad_after_eos(sd, src, 10)
+        assert expected.size(1) > 2, seed
+        assert not same_decoding(keeps_tokens, expected, 10), \
+            f"generator {seed}: tokens after EOS decode as the reference's"

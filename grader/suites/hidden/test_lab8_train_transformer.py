@@ -13,6 +13,7 @@ from grader.suites._inputs import (
     seq2seq_decode_reference as decode_reference,
     seq2seq_encode_reference as encode_reference,
     same_decoding,
+    seq2seq64,
     seq2seq_greedy_reference as greedy_reference,
     seq2seq_weights,
     target_prefixes,
@@ -80,12 +81,7 @@ def test_greedy_decode_stops_per_row_at_eos(student, gen):
     """greedy_decode with weights that favour EOS: each row stops at its own EOS (PAD after
     it, up to the width returned: stopping once every row has ended, or running on to
     1 + max_new_tokens, are both the contract's)."""
-    for _ in range(20):     # weights whose rows end at different steps: a per-row test
-        sd = seq2seq_weights(gen, eos_bias=2.5)
-        src = digit_sources(gen, [7, 5, 3, 6, 2, 4])
-        expected = greedy_reference(sd, src, 10)
-        if bool((expected == 12).any()) and expected.size(1) > 2:
-            break
+    sd, src, expected = per_row_eos_case(gen)
     got = _model(student, sd).method("greedy_decode", src, 10)
     assert_true(same_decoding(got, expected, 10),
                 f"greedy_decode gave {got.tolist() if isinstance(got, torch.Tensor) else got}, "
@@ -93,6 +89,39 @@ def test_greedy_decode_stops_per_row_at_eos(student, gen):
                 "up to 1 + max_new_tokens)",
                 hidden="greedy_decode's tokens differ from the reference's: each row keeps "
                        "PAD after its own EOS (nothing else), at most 1 + max_new_tokens wide")
+
+
+def per_row_eos_case(gen: torch.Generator, draws: int = 50):
+    """(weights, src (6, S), the reference's greedy_decode(src, 10)) drawn from ``gen``:
+    weights whose rows end at different steps, and on which a decode that writes its argmax
+    tokens after a row's EOS instead of PAD gives other tokens. A PAD among the expected
+    tokens was not enough (it can be a generated token, or the argmax after EOS can be
+    PAD): at ~3% of course secrets such a decode passed."""
+    for _ in range(draws):
+        sd = seq2seq_weights(gen, eos_bias=2.5)
+        src = digit_sources(gen, [7, 5, 3, 6, 2, 4])
+        expected = greedy_reference(sd, src, 10)
+        if expected.size(1) > 2 and not same_decoding(_without_pad_after_eos(sd, src, 10),
+                                                       expected, 10):
+            break
+    return sd, src, expected
+
+
+def _without_pad_after_eos(sd: dict, src: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """Greedy decoding by the reference's forward that keeps each row's argmax tokens after
+    its EOS (the mistake the test above must catch); stops once every row has an EOS."""
+    model = seq2seq64(sd)
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.size(0), 1), 10, dtype=torch.long)            # BOS, (B, 1)
+        ended = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)     # (B,)
+            ys = torch.cat([ys, token.unsqueeze(1)], dim=1)                 # (B, t + 1)
+            ended |= token == 11                                            # EOS
+            if bool(ended.all()):
+                break
+    return ys
 
 
 def _reverses(student, budget, gen, training_start, threshold: float) -> None:
