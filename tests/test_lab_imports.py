@@ -181,6 +181,56 @@ def test_a_training_stopping_by_its_clock_is_charged_what_its_clock_showed(rubri
         reference.cleanup()
 
 
+# A lab 2 that does no work of its own: it hands lab 1 (the course's reference) one query
+# over ``keys`` keys, ``calls`` times; the keys and values cross to the reference each time.
+RELAYING = """
+import torch
+from lab1_attention import scaled_dot_product_attention
+
+
+def relay(keys, calls):
+    q = torch.zeros(1, 1, 64)
+    k = torch.zeros(1, int(keys), 64)
+    for _ in range(int(calls)):
+        scaled_dot_product_attention(q, k, k)
+    return torch.zeros(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_measured_calls_relay_framing_is_not_charged_to_the_student(rubric, zygote,
+                                                                     tmp_path):
+    """The same 96 calls into lab 1, moving 4 MiB each (8192 keys) or 8 kB (16 keys): the
+    measured call is charged about the same CPU time, because framing the bytes that cross
+    is the relay's (the grader's design), not the student's work; what is taken off was
+    calibrated in the worker before the lab was imported and is reported (``relay_s``).
+    Before the fix the 384 MiB cost the student ~0.4-0.8 CPU-s (copied three times in the
+    worker, then by the kernel) against ~0.01 s for the small frames."""
+    submission = tmp_path / "s"
+    submission.mkdir()
+    (submission / "lab2_multihead.py").write_text(RELAYING)
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
+        importable = grader._importable
+    reference = make_scratch({f.name: f.read_bytes()
+                              for f in (paths.KIT / "solutions").glob("lab*.py")})
+    session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
+                      importable=importable, reference_dir=reference.name)
+    try:
+        charged = {}
+        for keys in (16, 8192, 16, 8192):
+            session.start_test(60, test="t", lab="lab2_multihead")
+            _, used = session.measure("lab2_multihead",
+                                      protocol.call_request("relay", [keys, 96], {}))
+            charged.setdefault(keys, []).append(used)
+        small, big = (min(u.cpu_s for u in charged[k]) for k in (16, 8192))
+        assert big - small < 0.1, (small, big, charged)
+        assert all(u.relay_s > 0 for u in charged[8192]), charged
+        assert session.fault is None, session.fault
+    finally:
+        session.close()
+        reference.cleanup()
+
+
 # ----------------------------------------------------------------- the grading process's peak
 
 # The most a submission's calls into other labs may add to the grading process's peak

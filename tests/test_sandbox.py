@@ -155,6 +155,25 @@ def test_wire_round_trip_and_plain_tensors():
     assert got["bf"].dtype == torch.bfloat16 and got["nan"] != got["nan"]
 
 
+def test_wire_parts_are_the_frame_and_views_of_contiguous_tensors():
+    """A worker sends a call into another lab from its tensors' own memory: the chunks of
+    ``encode_parts`` make the same frame as ``encode`` for every dtype and layout, and a
+    contiguous tensor's chunk is a view of it, not a copy (the relay's cost, #24)."""
+    big = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    value = {"t": (big, big.t(), torch.tensor(2.5, dtype=torch.float64),
+                   torch.ones(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.float16),
+                   torch.tensor([True, False, True]), torch.zeros(0, 2, dtype=torch.int8)),
+             "n": 3}
+    chunks = wire.encode_parts(value)
+    assert b"".join(chunks) == wire.encode(value)
+    got = wire.decode_frame(b"".join(chunks))
+    for sent, came in zip(value["t"], got["t"], strict=True):
+        assert came.dtype == sent.dtype and torch.equal(came, sent.contiguous())
+    view = chunks[1]
+    big[0, 0] = 99.0                    # the chunk is the tensor's memory
+    assert bytes(view[:4]) == struct.pack("<f", 99.0)
+
+
 def _frame(header: bytes, buffers=()) -> bytes:
     payload = b"".join(buffers)
     return struct.pack(">IQ", len(header), len(payload)) + header + payload
@@ -806,6 +825,43 @@ def test_memory_that_rlimit_as_does_not_count_is_refused(zyg):
         scratch.cleanup()
     assert got == {"shmget": "refused", "msgget": "refused", "semget": "refused",
                    "memfd_create": "refused"}, got
+
+
+SPLICE_BYTES = b'''
+import os
+
+def splice():
+    """Bytes moved between pipes without the kernel copying them (splice, tee)."""
+    got = {}
+    r, w = os.pipe()
+    r2, w2 = os.pipe()
+    for name, call in (("splice", lambda: os.splice(r, w2, 1)),
+                       ("tee", lambda: __import__("ctypes").CDLL(None, use_errno=True).tee(
+                           r, w2, 1, 0))):
+        os.write(w, b"x")
+        try:
+            rc = call()
+            if rc == -1:
+                raise PermissionError(__import__("ctypes").get_errno(), "refused")
+            got[name] = "allowed"
+        except PermissionError:
+            got[name] = "refused"
+    return got
+'''
+
+
+def test_pages_cannot_be_spliced_past_the_kernels_copy(zyg):
+    """splice and tee are refused by seccomp: the relay takes off a worker's CPU time what
+    copying its calls' bytes into its socket costs (engine.relay_cost), so no way of
+    moving them may be cheaper than that copy."""
+    scratch = make_scratch({"lab1_splice.py": SPLICE_BYTES})
+    w = zyg.spawn(submission=scratch.name, lab="lab1_splice", forbidden=[])
+    try:
+        got = call(w, "splice")
+    finally:
+        w.kill()
+        scratch.cleanup()
+    assert got == {"splice": "refused", "tee": "refused"}, got
 
 
 def test_two_zygotes_alive_on_one_machine_never_share_a_slot(scratch):

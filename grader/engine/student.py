@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
+from grader.engine import relay_cost
 from grader.engine.lab_clock import LabClock
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
                             memcg, protocol, usage, wire)
@@ -207,6 +208,11 @@ class Session:
     last_answer_cpu_ns: int = 0     # the CPU time of the last answer (``_answer``)
     measuring: "_MeasuredReferences | None" = None
     relayed_bytes: int = 0          # tensor bytes the current test's callbacks moved
+    # Tensor bytes every callback sent and read (never reset: a measured call or a
+    # training takes the difference), and what moving them costs a worker of each lab
+    # (``relay_cost``: calibrated once, in a fresh worker, when first needed).
+    moved: relay_cost.Moved = field(default_factory=relay_cost.Moved)
+    framing_rates: dict = field(default_factory=dict)
     references: dict = field(default_factory=dict)  # lab -> scratch folder of its reference
     solutions: str | None = None                    # the course's solutions/ (the references)
     # Charged with the CPU time of each lab (each test, if it asks), the workers this
@@ -439,11 +445,13 @@ class Session:
                 usage.reset_peak(worker.pid)
             self.measuring.start(call)
             before = usage.reading(worker.pid)
+            moved = self.moved.copy()
             value = self._exchange(worker, lab, frame=frame)
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
             others = self.measuring.used()
-            used = replace(used, cpu_s=used.cpu_s + others.cpu_s)
+            relay_s = self._framing_s(lab, self.moved.since(moved), used.cpu_s)
+            used = replace(used, cpu_s=used.cpu_s - relay_s + others.cpu_s, relay_s=relay_s)
             if setup is not None and call is not None:
                 # Read again now: pages the worker touched after the warm-up's reply and
                 # before its move into ``call`` (a thread the warm-up left running) stay
@@ -508,11 +516,17 @@ class Session:
         memory peak, which slows a training loop, and a training is timed, not weighed."""
         worker = None
         try:
+            # Known before the training starts: each reply tells the worker's clock what
+            # moving the call's bytes is taken off (``_answer``).
+            rate = self._framing_rate(lab) if self._relays(lab) else None
             worker = self._spawn(lab)
+            if rate is not None:
+                worker.on_callback = functools.partial(self._answer, lab, rate=rate)
             # The import counts: work done at import time (a model trained there) is the
             # training's too.
             before = usage.reading(worker.pid)
             self.reference_cpu_ns = 0
+            moved = self.moved.copy()
             value = self._exchange(worker, lab, req)
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
@@ -520,7 +534,11 @@ class Session:
             # the training's CPU time too: added here, each answer's own as the reference
             # worker timed it (``_reference_answer``; the student's worker sleeps while a
             # call is answered, and its clock counts the answers: ``Server.callback``).
-            return value, replace(used, cpu_s=used.cpu_s + self.reference_cpu_ns / 1e9)
+            # Moving the calls' bytes is the relay's, taken off (``relay_cost``).
+            relay_s = self._framing_s(lab, self.moved.since(moved), used.cpu_s)
+            return value, replace(
+                used, cpu_s=used.cpu_s - relay_s + self.reference_cpu_ns / 1e9,
+                relay_s=relay_s)
         except StudentError as exc:
             return exc
         except OSError as exc:          # the worker's /proc went away: it is gone
@@ -544,13 +562,51 @@ class Session:
             self._credit_load(worker)
         return self._reply_value(worker, lab, reply)
 
-    def _answer(self, lab: str, req, raw: wire.Raw | None = None) -> Answer:
-        """``_callback``'s value and the CPU time the reference's answer took: the reply
-        tells the student's worker, whose clock (``time.process_time``) then shows what its
-        test is charged for the call."""
+    def _answer(self, lab: str, req, raw: wire.Raw | None = None, *,
+                rate: relay_cost.FramingRate | None = None) -> Answer:
+        """``_callback``'s value, the CPU time the reference's answer took and (at ``rate``)
+        what moving the call's bytes cost the worker: the reply tells the student's worker,
+        whose clock (``time.process_time``) then shows what its test is charged for the
+        call. Counts the bytes moved (``moved``), a refused call's request too."""
         self.last_answer_cpu_ns = 0
+        moved = relay_cost.Moved(request_bytes=len(raw.payload) if raw is not None else 0)
+        self.moved.request_bytes += moved.request_bytes
         value = self._callback(lab, req, raw)
-        return Answer(value, self.last_answer_cpu_ns)
+        if isinstance(value, wire.Raw):
+            moved.reply_bytes = len(value.payload)
+            self.moved.reply_bytes += moved.reply_bytes
+        return Answer(value, self.last_answer_cpu_ns,
+                      rate.of(moved) if rate is not None else 0)
+
+    def _relays(self, lab: str) -> bool:
+        """Whether ``lab``'s worker has its calls into other labs answered by the course's
+        reference (``_spawn``)."""
+        return bool(self.importable.get(lab)) and self.reference_dir is not None
+
+    def _framing_rate(self, lab: str) -> relay_cost.FramingRate:
+        """What moving a call's bytes costs a worker of ``lab`` (``relay_cost``), measured
+        once per session in a fresh worker whose lab is never imported. A failure is the
+        sandbox's (``fault``), never the student's."""
+        rate = self.framing_rates.get(lab)
+        if rate is not None:
+            return rate
+        worker = self._spawn(lab)
+        try:
+            rate = relay_cost.calibrate(worker)
+        except (WorkerTimeout, WorkerDied, RuntimeError, OSError) as exc:
+            self.fault = self.fault or SandboxError(f"the relay's calibration failed: {exc}")
+            raise StudentError(kind="crash", lab=lab,
+                               message=f"the sandbox failed: {exc}") from None
+        finally:
+            worker.kill()
+        self.framing_rates[lab] = rate
+        return rate
+
+    def _framing_s(self, lab: str, moved: relay_cost.Moved, cpu_s: float) -> float:
+        """CPU seconds taken off a worker's ``cpu_s`` for moving ``moved`` (at most all)."""
+        if not (moved.request_bytes or moved.reply_bytes):
+            return 0.0
+        return min(cpu_s, self._framing_rate(lab).of(moved) / 1e9)
 
     def _callback(self, lab: str, req, raw: wire.Raw | None = None) -> object:
         """The course's reference answering a call that ``lab``'s code made into another lab:

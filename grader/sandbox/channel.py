@@ -48,6 +48,7 @@ class Answer:
     clock counts it: the grader charges it to the worker's test)."""
     value: object
     cpu_ns: int = 0
+    framing_ns: int = 0     # taken off the worker's own CPU time for framing the call
 
 
 @dataclass
@@ -126,12 +127,12 @@ class Worker:
         self.pending += count
         self._pump()
 
-    def _queue_reply(self, answer, cpu_ns: int) -> None:
+    def _queue_reply(self, answer, told: dict) -> None:
         if isinstance(answer, wire.Raw):
-            chunks = wire.parts({"callback_reply": {"ok": answer.tree, "cpu_ns": cpu_ns}},
+            chunks = wire.parts({"callback_reply": {"ok": answer.tree, **told}},
                                 answer.payload)
         else:
-            chunks = [wire.encode({"callback_reply": {**answer, "cpu_ns": cpu_ns}})]
+            chunks = [wire.encode({"callback_reply": {**answer, **told}})]
         for chunk in chunks:
             self._queue(chunk)
 
@@ -177,12 +178,12 @@ class Worker:
                     self.load_delay_s = max(
                         0.0, (usage.run_delay_ns(self.pid) - self._delay_at) / 1e9)
                     return (frame, kept) if raw else frame
-                answer, cpu_ns = self._callback(frame, kept)
+                answer, told = self._callback(frame, kept)
                 del frame, kept             # the request's buffer goes before the reply's
                 # No local of this frame keeps the reply's buffer: a traceback of a later
                 # timeout here (kept for the test's report) would hold it until the cyclic
                 # garbage collector ran.
-                self._queue_reply(answer, cpu_ns)
+                self._queue_reply(answer, told)
                 del answer
                 self._relaying = True
                 self._pump()
@@ -194,20 +195,23 @@ class Worker:
             self.kill()
             raise WorkerDied(str(exc)) from None
 
-    def _callback(self, frame: dict, kept: wire.Raw) -> tuple[object, int]:
+    def _callback(self, frame: dict, kept: wire.Raw) -> tuple[object, dict]:
         """The reply to a worker's call into another lab: {"ok": value} or {"error": why},
         or a ``wire.Raw`` of the value (relayed as it came from a reference worker); and
-        the CPU time (ns) the answer took elsewhere (``Answer``)."""
+        what the reply tells the worker's clock (``Answer``): {"cpu_ns": the CPU time the
+        answer took elsewhere, "framing_ns": what is taken off its own}."""
+        told = {"cpu_ns": 0, "framing_ns": 0}
         if self.on_callback is None:
-            return {"error": "no other lab is provided to this lab"}, 0
+            return {"error": "no other lab is provided to this lab"}, told
         try:
             value = self.on_callback(frame["callback"], kept.part("callback"))
         except Exception as exc:  # noqa: BLE001 - refused or failed: the student's call raises
-            return {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0
-        cpu_ns = 0
+            return {"error": f"{type(exc).__name__}: {exc}"[:500]}, told
         if isinstance(value, Answer):
-            value, cpu_ns = value.value, max(0, int(value.cpu_ns))
-        return (value if isinstance(value, wire.Raw) else {"ok": value}), cpu_ns
+            told = {"cpu_ns": max(0, int(value.cpu_ns)),
+                    "framing_ns": max(0, int(value.framing_ns))}
+            value = value.value
+        return (value if isinstance(value, wire.Raw) else {"ok": value}), told
 
     def _pump(self) -> None:
         """Send what the socket takes now of the queued chunks, without waiting."""

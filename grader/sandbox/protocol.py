@@ -13,7 +13,7 @@ keys in the order the grader has always sent them: call plans compare encoded fr
 for byte. The fields (shapes are those of the tests' tensors; any dtype the wire carries):
 
   op            "probe" | "call" | "grad" | "state_dict" | "buffer" | "train" | "prepare"
-                | "reference_call" (a reference worker only, see "Callbacks")
+                | "calibrate" | "reference_call" (a reference worker only, see "Callbacks")
   names         probe only: list[str], names the lab module must define
   target        str: the function or class of the lab module to run
   args          list: positional arguments (tensors, numbers, str, None, and lists,
@@ -46,6 +46,8 @@ Reply values (the worker sends ``{"ok": value}``, or ``{"error": ...}`` for an e
   prepare     None (answered by the worker itself, before the lab is imported: the
               libraries the lab file names are imported, large allocations mapped on their
               own; a measured worker's first request)
+  calibrate   None (answered by the worker itself, before the lab is imported: see
+              ``calibrate_request`` and "Callbacks")
   call        the return value, made plain (``plain``)
   grad        {"output": the plain return value,
                "input_grads": tuple, one per positional argument: for a floating tensor its
@@ -78,7 +80,9 @@ checks and relays values; it runs nothing. A lab's points depend on that lab's c
   grader -> reference worker  reference_call_request(callback): op "reference_call",
                         answered by ``answer_callback`` with the reference lab's function
   grader -> student worker  {"callback_reply": {"ok": value} | {"error": str}}, each
-                        with "cpu_ns": int, the answer's CPU time
+                        with "cpu_ns": int, the answer's CPU time, and "framing_ns": int,
+                        what the grader takes off the worker's own CPU time for framing
+                        the call (``grader.engine.relay_cost``)
 
   lab, target   str: the other lab's module and the function in it
   args, kwargs  as for "call"; seed: int, the CPU generator's seed before the call
@@ -99,6 +103,11 @@ answer's own CPU time (``cpu_ns`` in its reply, as the reference worker timed it
 a training's and told to the student's worker in ``callback_reply`` ("cpu_ns": int), whose
 ``time.process_time`` counts it; a measured call (``Session.measure``) has
 reference workers of its own, whose CPU time and memory in its window are the call's.
+The student's worker's own framing of its calls (sending the request, reading the reply)
+is the relay's, not its lab's work: before the lab is imported, the grader has the worker
+make ``calibrate_request`` calls and times them from outside; a measured call or a training
+is charged its worker's CPU time less what its calls' frames cost at that rate (counted
+here: calls, request and reply bytes), and "framing_ns" tells its clock the same.
 
 Imported by path in the zygote and the worker (``import protocol``), and as
 ``grader.sandbox.protocol`` in the grader: it imports only the stdlib and torch.
@@ -114,6 +123,8 @@ import torch
 OPS = ("call", "grad", "state_dict", "buffer")    # what ``answer`` answers and a replay may
 TRAIN = "train"             # answered too, never replayed (it trains: seconds of CPU)
 REFERENCE_CALL = "reference_call"  # a reference worker's op (see "Callbacks")
+CALIBRATE = "calibrate"     # a worker's least framing of callbacks, timed (see "Callbacks")
+CALIBRATION_LAB = "__calibration__"  # the "lab" a calibration's callbacks name
 MAX_TRAINED_NUMBERS = 16 << 20      # numbers in a trained model's state dict (16 Mi: 64 MB)
 MAX_LOSS_HISTORY = 100_000          # entries of a loss_history kept
 
@@ -184,6 +195,15 @@ def prepare_request() -> dict:
     The measured call's inputs are sent later, inside the measurement (``Session.measure``):
     no code in the worker sees them before the grader starts measuring."""
     return {"op": "prepare"}
+
+
+def calibrate_request(calls: int, request_bytes: int) -> dict:
+    """To a worker before its lab is imported (no student code has run in it): make
+    ``calls`` callbacks the cheapest way a worker can (one prebuilt frame carrying
+    ``request_bytes`` bytes of tensor, sent as it is; each reply read into one reused
+    buffer, not decoded), to lab ``CALIBRATION_LAB``, which the grader answers itself.
+    The grader times it from outside (``grader.engine.relay_cost``); the reply is None."""
+    return {"op": CALIBRATE, "calls": int(calls), "request_bytes": int(request_bytes)}
 
 
 def callback_request(lab: str, target: str, args, kwargs: dict, seed: int,
@@ -480,12 +500,12 @@ def _grad(fn, module, args: list, kwargs: dict, grad_outputs: list) -> dict:
     }
 
 
-def plain(value, depth: int = 0, *, what: str = "returned"):
+def plain(value, depth: int = 0, *, what: str = "returned", copy: bool = True):
     """``value`` as plain values the wire carries: tensors as detached plain copies (a
-    subclass as its data), tuples, lists, str-keyed dicts, numbers, str, None; a numpy
-    scalar (``np.int64(4)``, ``np.bool_(True)``) as the Python number it holds. Raises
-    TypeError on anything else ("{what} a ...": "returned" for a reply), or nesting
-    deeper than 8."""
+    subclass as its data; ``copy=False``: detached views, for a value encoded at once),
+    tuples, lists, str-keyed dicts, numbers, str, None; a numpy scalar (``np.int64(4)``,
+    ``np.bool_(True)``) as the Python number it holds. Raises TypeError on anything else
+    ("{what} a ...": "returned" for a reply), or nesting deeper than 8."""
     if depth > 8:
         raise TypeError(f"{what} a value nested too deeply")
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 \
@@ -495,16 +515,16 @@ def plain(value, depth: int = 0, *, what: str = "returned"):
         # A tensor subclass crosses as its plain data; the trusted side rebuilds a plain
         # torch.Tensor from bytes in any case.
         with torch._C.DisableTorchFunction():
-            data = torch.Tensor.as_subclass(value, torch.Tensor)
-            return torch.Tensor.detach(data).clone()
+            data = torch.Tensor.detach(torch.Tensor.as_subclass(value, torch.Tensor))
+            return data.clone() if copy else data
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):
-        return tuple(plain(v, depth + 1, what=what) for v in value)
+        return tuple(plain(v, depth + 1, what=what, copy=copy) for v in value)
     if isinstance(value, list):
-        return [plain(v, depth + 1, what=what) for v in value]
+        return [plain(v, depth + 1, what=what, copy=copy) for v in value]
     if isinstance(value, dict):
-        return {str(k): plain(v, depth + 1, what=what) for k, v in value.items()}
+        return {str(k): plain(v, depth + 1, what=what, copy=copy) for k, v in value.items()}
     raise TypeError(f"{what} a {type(value).__name__}, which is not a tensor, tuple or number")
 
 

@@ -53,6 +53,7 @@ class Measured:
     other_processes: bool
     kept_bytes: int = 0     # held after the warm-up call beyond the lab's import (see charged)
     inputs_bytes: int = 0   # the measured call's inputs (its request's tensors), taken off
+    relay_s: float = 0.0    # CPU time taken off for moving its calls' bytes (relay_cost)
 
 
 def _status(pid: int) -> dict[str, int]:

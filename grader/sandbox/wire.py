@@ -58,7 +58,18 @@ class PeerClosed(WireError):
 
 def encode(obj) -> bytes:
     """One frame for ``obj`` (tensors, scalars, str, None, lists/tuples/dicts of these)."""
-    buffers: list[bytes] = []
+    chunks = encode_parts(obj)
+    try:
+        return b"".join(chunks)
+    finally:
+        chunks.clear()
+
+
+def encode_parts(obj) -> list:
+    """``encode(obj)`` as chunks to send one after the other: the prefix and header, then
+    each tensor's bytes as a view of its memory (a contiguous tensor is not copied; keep
+    it unchanged until the chunks are sent) and its padding."""
+    buffers: list = []
     count = [0]
 
     def enc(x, depth=0):
@@ -74,7 +85,7 @@ def encode(obj) -> bytes:
                 raise WireError(f"tensor dtype {t.dtype} cannot cross the wire")
             # bfloat16 has no numpy dtype: ship its bytes through a same-size integer view.
             raw = t.view(torch.int16) if t.dtype in (torch.bfloat16, torch.float16) else t
-            data = raw.numpy().tobytes() if t.numel() else b""
+            data = memoryview(raw.reshape(-1).numpy()).cast("B") if t.numel() else b""
             buffers.append(data)
             if len(data) % ALIGN:
                 buffers.append(_PADDING[:-len(data) % ALIGN])
@@ -105,11 +116,11 @@ def encode(obj) -> bytes:
         if len(header) > MAX_HEADER_BYTES:
             raise WireError("header too large")
         size = sum(len(b) for b in buffers)
-        return b"".join((PREFIX.pack(len(header), size), header, *buffers))
+        return [PREFIX.pack(len(header), size) + header, *buffers]
     finally:
         # ``enc`` refers to itself, so it and what it holds wait for the cyclic garbage
         # collector: the tensors' bytes must not (a few big frames would pile up).
-        buffers.clear()
+        enc = None  # noqa: F841
 
 
 def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
@@ -146,6 +157,25 @@ def recv_frame(sock: socket.socket, *, max_bytes: int = MAX_FRAME_BYTES,
         raise WireError(f"frame carries more than {max_bytes} bytes of tensors")
     header = bytes(_recv_exact(sock, header_len, deadline))
     return decode(header, _recv_exact(sock, payload_len, deadline))
+
+
+def recv_frame_into(sock: socket.socket, buffer: bytearray) -> bytearray:
+    """Read one frame's header and payload into ``buffer`` (a new one when it is too
+    small), undecoded: the least any reader of a frame does (``relay_cost`` calibrates
+    with it). Its bytes are ``buffer[:header_len + payload_len]``."""
+    header_len, payload_len = PREFIX.unpack(_recv_exact(sock, PREFIX.size))
+    size = header_len + payload_len
+    if header_len > MAX_HEADER_BYTES or payload_len > MAX_FRAME_BYTES:
+        raise WireError("frame exceeds the caps")
+    if len(buffer) < size:
+        buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        got_now = sock.recv_into(view[got:size], size - got, socket.MSG_WAITALL)
+        if not got_now:
+            raise PeerClosed("channel closed")
+        got += got_now
+    return buffer
 
 
 def decode_frame(frame: bytes) -> object:

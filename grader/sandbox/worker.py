@@ -279,27 +279,34 @@ class Server:
         self.seq = 0                    # requests taken so far; each reply carries its number
         self.mapped = False             # jail.map_large_allocations() done
         self.answer_cpu_ns = None       # a reference call's own CPU time (see handle)
-        self.answers_cpu_ns = 0         # what answers to this worker's callbacks took
+        # What the grader adds to this worker's CPU time for its callbacks: what the
+        # answers took, less what it takes off for the worker's framing of them.
+        self.answers_cpu_ns = 0
 
     def callback(self, req: dict):
         """Ask the grader for another lab's answer (protocol "Callbacks"); its value. No
         count of calls: what the answers cost is bounded (and charged) by the grader."""
+        name = f"{req['lab']}.{req['target']}"
         # Plain tensors only (no subclass, no graph): what else is in the call is named.
-        req = protocol.plain(req, what=f"{req['lab']}.{req['target']} was given")
-        self.sock.sendall(wire.encode({"callback": req}))
+        # Detached views, not copies: the frame is sent from the tensors' own memory.
+        req = protocol.plain(req, what=f"{name} was given", copy=False)
+        for chunk in wire.encode_parts({"callback": req}):
+            self.sock.sendall(chunk)
+        del req
         while True:
             frame = wire.recv_frame(self.sock)
             if isinstance(frame, dict) and "callback_reply" in frame:
                 break
             self.queued.append(frame)   # a request sent ahead: answered after this one
         reply = frame["callback_reply"]
-        told = reply.get("cpu_ns") if isinstance(reply, dict) else None
-        if type(told) is int and told > 0:
-            self.answers_cpu_ns += told
+        for key, sign in (("cpu_ns", 1), ("framing_ns", -1)):
+            told = reply.get(key) if isinstance(reply, dict) else None
+            if type(told) is int and told > 0:
+                self.answers_cpu_ns += sign * told
         if not isinstance(reply, dict) or "ok" not in reply:
             error = reply.get("error") if isinstance(reply, dict) else None
-            raise RuntimeError(f"{req['lab']}.{req['target']} (answered by the course's "
-                               f"reference while {self.lab} is graded): {error}")
+            raise RuntimeError(f"{name} (answered by the course's reference while "
+                               f"{self.lab} is graded): {error}")
         return reply["ok"]
 
     def lab_module(self):
@@ -351,7 +358,22 @@ class Server:
             forbidden.take_violations()
             forbidden._state["violations"].extend(kept)
 
+    def calibrate(self, calls: int, request_bytes: int) -> None:
+        """``calls`` callbacks the cheapest way (protocol ``calibrate_request``): the grader
+        times them from outside, before any student code is in this process."""
+        if self.module is not None or self.import_error is not None:
+            raise RuntimeError("a calibration after the lab's import is not the grader's")
+        frame = wire.encode({"callback": protocol.callback_request(
+            protocol.CALIBRATION_LAB, "echo",
+            [torch.zeros(max(0, request_bytes), dtype=torch.uint8)], {}, 0)})
+        buffer = bytearray(0)
+        for _ in range(max(0, calls)):
+            self.sock.sendall(frame)
+            buffer = wire.recv_frame_into(self.sock, buffer)
+
     def handle(self, req: dict):
+        if req["op"] == protocol.CALIBRATE:     # before the lab is imported (see there)
+            return self.calibrate(int(req["calls"]), int(req["request_bytes"]))
         if req["op"] == "prepare":  # a measured worker, before the lab is imported
             # No student code has run in this worker yet, so nothing it touched (an arena
             # faulted in at import, say) is in the baseline the grader reads after this.
