@@ -20,6 +20,7 @@ from grader.course import Course
 from grader.engine.student import MAX_CALLBACK_SCALAR, Session
 from grader.grading import Grader
 from grader.sandbox import make_scratch, protocol
+from grader.sandbox.channel import EndWorker
 
 ATTACKS = paths.KIT / "tests" / "fixtures" / "attacks"
 
@@ -86,8 +87,17 @@ def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zyg
         with pytest.raises(ValueError, match="5120 MiB may move in this test"):
             session._callback("lab2_multihead", protocol.callback_request(
                 "lab1_attention", "causal_mask", [torch.tensor(4)], {}, 0))
+        # Told, and calling again: the worker is ended (the relay would read on for ever).
+        with pytest.raises(EndWorker, match="called another lab again"):
+            session._callback("lab2_multihead", protocol.callback_request(
+                "lab1_attention", "causal_mask", [torch.tensor(4)], {}, 0))
         session.start_test(20, test="t2", lab="lab2_multihead")
         assert session.relayed_bytes == 0
+        # A refused call's bytes were read all the same: they count against the cap.
+        with pytest.raises(ValueError, match="not importable"):
+            session._callback("lab2_multihead", protocol.callback_request(
+                "lab1_attention", "nope", [torch.zeros(1000)], {}, 0))
+        assert session.relayed_bytes == 4000
         assert session.fault is None, session.fault
     finally:
         session.close()

@@ -831,29 +831,35 @@ SPLICE_BYTES = b'''
 import os
 
 def splice():
-    """Bytes moved between pipes without the kernel copying them (splice, tee)."""
+    """Bytes moved without the kernel copying them from the caller's memory: between
+    pipes (splice, tee), from a file (sendfile, copy_file_range)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
     got = {}
     r, w = os.pipe()
     r2, w2 = os.pipe()
+    src = os.open(__file__, os.O_RDONLY)
     for name, call in (("splice", lambda: os.splice(r, w2, 1)),
-                       ("tee", lambda: __import__("ctypes").CDLL(None, use_errno=True).tee(
-                           r, w2, 1, 0))):
+                       ("tee", lambda: libc.tee(r, w2, 1, 0)),
+                       ("sendfile", lambda: os.sendfile(w2, src, 0, 1)),
+                       ("copy_file_range", lambda: libc.copy_file_range(
+                           src, None, src, None, 1, 0))):
         os.write(w, b"x")
         try:
             rc = call()
             if rc == -1:
-                raise PermissionError(__import__("ctypes").get_errno(), "refused")
+                raise OSError(ctypes.get_errno(), "failed")
             got[name] = "allowed"
-        except PermissionError:
-            got[name] = "refused"
+        except OSError as exc:      # seccomp refuses with EPERM
+            got[name] = "refused" if exc.errno == 1 else f"failed ({exc.errno})"
     return got
 '''
 
 
 def test_pages_cannot_be_spliced_past_the_kernels_copy(zyg):
-    """splice and tee are refused by seccomp: the relay takes off a worker's CPU time what
-    copying its calls' bytes into its socket costs (engine.relay_cost), so no way of
-    moving them may be cheaper than that copy."""
+    """splice, tee, sendfile and copy_file_range are refused by seccomp: the relay takes
+    off a worker's CPU time what copying its calls' bytes into its socket costs
+    (engine.relay_cost), so no way of moving them may be cheaper than that copy."""
     scratch = make_scratch({"lab1_splice.py": SPLICE_BYTES})
     w = zyg.spawn(submission=scratch.name, lab="lab1_splice", forbidden=[])
     try:
@@ -861,7 +867,8 @@ def test_pages_cannot_be_spliced_past_the_kernels_copy(zyg):
     finally:
         w.kill()
         scratch.cleanup()
-    assert got == {"splice": "refused", "tee": "refused"}, got
+    assert got == {"splice": "refused", "tee": "refused", "sendfile": "refused",
+                   "copy_file_range": "refused"}, got
 
 
 def test_two_zygotes_alive_on_one_machine_never_share_a_slot(scratch):

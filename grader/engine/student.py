@@ -22,7 +22,7 @@ from grader.engine import relay_cost
 from grader.engine.lab_clock import LabClock
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
                             memcg, protocol, usage, wire)
-from grader.sandbox.channel import LOAD_STRETCH_MAX, Answer
+from grader.sandbox.channel import LOAD_STRETCH_MAX, Answer, EndWorker
 from grader.sandbox.host import make_scratch
 from grader.sandbox.usage import Measured
 
@@ -449,9 +449,9 @@ class Session:
             value = self._exchange(worker, lab, frame=frame)
             after = usage.reading(worker.pid)
             used = usage.measured(before, after, children_alive=worker.has_children())
+            moved, own_cpu_s = self.moved.since(moved), used.cpu_s
             others = self.measuring.used()
-            relay_s = self._framing_s(lab, self.moved.since(moved), used.cpu_s)
-            used = replace(used, cpu_s=used.cpu_s - relay_s + others.cpu_s, relay_s=relay_s)
+            used = replace(used, cpu_s=used.cpu_s + others.cpu_s)
             if setup is not None and call is not None:
                 # Read again now: pages the worker touched after the warm-up's reply and
                 # before its move into ``call`` (a thread the warm-up left running) stay
@@ -485,6 +485,10 @@ class Session:
             for group in (setup, call):
                 if group is not None:
                     group.remove()
+        # Moving its calls' bytes is the relay's (``relay_cost``): the rate is calibrated, if
+        # it is not yet, now that the measured worker and everything it started are gone.
+        relay_s = self._framing_s(lab, moved, own_cpu_s)
+        used = replace(used, cpu_s=used.cpu_s - relay_s, relay_s=relay_s)
         if not reference:
             self._record(RecordedCall(lab, req, value=value, used=used))
         return value, used
@@ -621,11 +625,20 @@ class Session:
                 or not isinstance(req.get("seed"), int) \
                 or not isinstance(req.get("grad_outputs"), (list, type(None))):
             raise ValueError("a malformed call into another lab")
+        inputs = [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]
+        sent = len(raw.payload) if raw is not None else sum(
+            t.numel() * t.element_size() for t in protocol.flat_tensors(inputs))
+        cap = self.relay_cap()
+        if self.relayed_bytes > cap:
+            # Refused for the cap and calling on: each frame would still be read in full.
+            raise EndWorker(f"{lab} called another lab again after its calls had moved more "
+                            f"than the {cap >> 20} MiB of tensors this test allows, and "
+                            "were told so")
+        self.relayed_bytes += sent          # refused or not, the relay has read its bytes
         other, target = req.get("lab"), req.get("target")
         if target not in (self.importable.get(lab) or {}).get(other, ()):
             raise ValueError(f"{other}.{target} is not importable by {lab} (only the "
                              "contract functions of earlier labs are)")
-        inputs = [req["args"], list(req["kwargs"].values()), req["grad_outputs"] or []]
         size = sum(t.numel() for t in protocol.flat_tensors(inputs))
         if size > MAX_CALLBACK_ELEMENTS:
             raise ValueError(f"{other}.{target} was given more than {MAX_CALLBACK_ELEMENTS} "
@@ -635,18 +648,16 @@ class Session:
             raise ValueError(f"{other}.{target} was given the number {big:.6g}: numbers that "
                              f"size work (lengths, positions, counts) are bounded by "
                              f"{MAX_CALLBACK_SCALAR} in calls into other labs")
-        sent = len(raw.payload) if raw is not None else sum(
-            t.numel() * t.element_size() for t in protocol.flat_tensors(inputs))
-        cap = self.relay_cap()
-        if self.relayed_bytes + sent > cap:
+        if self.relayed_bytes > cap:
+            before = (self.relayed_bytes - sent) >> 20
             raise ValueError(
-                f"this test's calls into other labs have moved {self.relayed_bytes >> 20} "
-                f"MiB of tensors to and from the course's reference, and at most "
-                f"{cap >> 20} MiB may move in this test ({MAX_RELAYED_BYTES_PER_SECOND >> 20} "
+                f"this test's calls into other labs have moved {before} MiB of tensors to "
+                f"and from the course's reference, and at most {cap >> 20} MiB may move in "
+                f"this test ({MAX_RELAYED_BYTES_PER_SECOND >> 20} "
                 f"MiB for each second of its time limit): a call into another lab copies its "
                 f"inputs and its answer between processes, so pass it only what it needs "
-                f"(compute large or repeated results once, in {lab})")
-        self.relayed_bytes += sent
+                f"(compute large or repeated results once, in {lab}); a further call ends "
+                f"the test")
         return self._reference_answer(lab, other, protocol.reference_call_request(req), raw)
 
     def relay_cap(self) -> int:

@@ -37,6 +37,11 @@ class WorkerDied(Exception):
     """The worker exited or broke the protocol during a call; it was killed."""
 
 
+class EndWorker(Exception):
+    """Raised by ``Worker.on_callback`` for a call that must not be answered at all: the
+    worker is killed and its request fails (``WorkerDied``, with this message)."""
+
+
 
 LOAD_STRETCH_MAX = 3.0    # a limit stretched by load to at most 4x its wall time
 
@@ -205,6 +210,8 @@ class Worker:
             return {"error": "no other lab is provided to this lab"}, told
         try:
             value = self.on_callback(frame["callback"], kept.part("callback"))
+        except EndWorker:
+            raise                   # ``receive`` kills the worker
         except Exception as exc:  # noqa: BLE001 - refused or failed: the student's call raises
             return {"error": f"{type(exc).__name__}: {exc}"[:500]}, told
         if isinstance(value, Answer):

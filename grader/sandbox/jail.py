@@ -451,7 +451,7 @@ _X86_64 = dict(
     landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446,
     shmget=29, shmat=30, shmctl=31, semget=64, semop=65, semctl=66, shmdt=67, msgget=68,
     msgsnd=69, msgrcv=70, msgctl=71, semtimedop=220, memfd_create=319,
-    memfd_secret=447, splice=275, tee=276, vmsplice=278,
+    memfd_secret=447, splice=275, tee=276, vmsplice=278, sendfile=40, copy_file_range=326,
 )
 _GENERIC = dict(
     capset=91, lookup_dcookie=18, umount2=39, mount=40, pivot_root=41, chroot=51,
@@ -467,7 +467,7 @@ _GENERIC = dict(
     landlock_add_rule=445, landlock_restrict_self=446,
     msgget=186, msgctl=187, msgrcv=188, msgsnd=189, semget=190, semctl=191, semtimedop=192,
     semop=193, shmget=194, shmctl=195, shmat=196, shmdt=197, memfd_create=279,
-    memfd_secret=447, vmsplice=75, splice=76, tee=77,
+    memfd_secret=447, vmsplice=75, splice=76, tee=77, sendfile=71, copy_file_range=285,
 )
 _ARCHES = {"x86_64": (0xC000003E, _X86_64), "aarch64": (0xC00000B7, _GENERIC)}
 AUDIT_ARCH, SYSCALLS = _ARCHES.get(MACHINE, (None, _X86_64))
@@ -485,9 +485,10 @@ DENIED_ALWAYS = [
     # no IPC namespace): SysV shared memory, message queues and semaphores, and memfds.
     "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
     "semop", "semctl", "semtimedop", "memfd_create", "memfd_secret",
-    # Pages moved into a socket or pipe without the kernel copying them: the relay takes
-    # off a worker's CPU time what copying its calls' bytes costs (engine.relay_cost).
-    "splice", "tee", "vmsplice",
+    # Pages moved into a socket or pipe without the kernel copying them from the caller's
+    # memory: the relay takes off a worker's CPU time what copying its calls' bytes costs
+    # (engine.relay_cost). (shutil's file copy falls back to read and write.)
+    "splice", "tee", "vmsplice", "sendfile", "copy_file_range",
 ]
 SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
 
