@@ -174,6 +174,23 @@ def test_wire_parts_are_the_frame_and_views_of_contiguous_tensors():
     assert bytes(view[:4]) == struct.pack("<f", 99.0)
 
 
+def test_wire_send_parts_sends_the_whole_frame_whatever_the_socket_takes():
+    """More buffers than one sendmsg takes (1,401 here) and more bytes than the socket holds
+    (1.2 MB): the frame arrives whole and in order."""
+    import threading
+    value = {"many": [torch.full((3,), float(i)) for i in range(700)],
+             "big": torch.arange(300_000, dtype=torch.float32)}
+    a, b = socket.socketpair()
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(frame=wire.recv_frame(b)))
+    reader.start()
+    wire.send_parts(a, wire.encode_parts(value))
+    reader.join(30)
+    frame = got["frame"]
+    assert torch.equal(frame["big"], value["big"])
+    assert all(torch.equal(x, y) for x, y in zip(frame["many"], value["many"], strict=True))
+
+
 def _frame(header: bytes, buffers=()) -> bytes:
     payload = b"".join(buffers)
     return struct.pack(">IQ", len(header), len(payload)) + header + payload

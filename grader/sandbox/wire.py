@@ -193,6 +193,24 @@ def send_frame(sock: socket.socket, obj) -> None:
     sock.sendall(encode(obj))
 
 
+MAX_IOV = 512                     # buffers per sendmsg (the kernel's IOV_MAX is 1024)
+
+
+def send_parts(sock: socket.socket, chunks: list) -> None:
+    """Send ``chunks`` (``encode_parts``) in order on a blocking socket, as few system calls
+    as the socket takes: one ``sendmsg`` of them all where it can (a call into another lab
+    costs its worker one write, not one per tensor)."""
+    views = [memoryview(c).cast("B") for c in chunks if len(c)]
+    start = 0
+    while start < len(views):
+        sent = sock.sendmsg(views[start:start + MAX_IOV])
+        while start < len(views) and sent >= len(views[start]):
+            sent -= len(views[start])
+            start += 1
+        if sent:
+            views[start] = views[start][sent:]
+
+
 def decode(header: bytes, payload: bytearray) -> object:
     """Rebuild a value from a header and its payload, checking every tensor's metadata.
 

@@ -290,8 +290,7 @@ class Server:
         # Plain tensors only (no subclass, no graph): what else is in the call is named.
         # Detached views, not copies: the frame is sent from the tensors' own memory.
         req = protocol.plain(req, what=f"{name} was given", copy=False)
-        for chunk in wire.encode_parts({"callback": req}):
-            self.sock.sendall(chunk)
+        wire.send_parts(self.sock, wire.encode_parts({"callback": req}))
         del req
         while True:
             frame = wire.recv_frame(self.sock)
