@@ -20,6 +20,7 @@ from pathlib import Path
 KIT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT))
 
+# Also the lab of tests/test_lab_imports.py::test_a_measured_calls_relay_framing_is_not_...
 RELAYING = """
 import torch
 from lab1_attention import scaled_dot_product_attention

@@ -7,6 +7,7 @@ measured call; an honest import loses no points.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -50,15 +51,28 @@ def test_a_later_lab_cannot_be_imported_and_the_message_says_what_can(rubric, zy
     assert all("lab1_attention.scaled_dot_product_attention" in m for m in told), told[0]
 
 
+@contextlib.contextmanager
+def _answered_by_reference(rubric, zygote, submission=None):
+    """A Session whose labs' calls into other labs the course's reference answers (the
+    kit's solutions in a scratch folder); ``submission``: the student's folder (default:
+    that same folder)."""
+    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
+        importable = grader._importable
+    reference = make_scratch({f.name: f.read_bytes()
+                              for f in (paths.KIT / "solutions").glob("lab*.py")})
+    session = Session(zygote=zygote, submission_dir=str(submission or reference.name),
+                      forbidden={}, importable=importable, reference_dir=reference.name)
+    try:
+        yield session
+    finally:
+        session.close()
+        reference.cleanup()
+
+
 def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zygote):
     """A call sized by an integer past the bound is refused before any worker runs it;
     one inside the bound is answered by the reference worker."""
-    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
-        importable = grader._importable
-    reference = make_scratch({f.name: f.read_bytes() for f in (paths.KIT / "solutions").glob("lab*.py")})
-    session = Session(zygote=zygote, submission_dir=reference.name, forbidden={},
-                      importable=importable, reference_dir=reference.name)
-    try:
+    with _answered_by_reference(rubric, zygote) as session:
         session.start_test(20, test="t", lab="lab2_multihead")
         with pytest.raises(ValueError, match="bounded by"):
             session._callback("lab2_multihead", protocol.callback_request(
@@ -99,9 +113,6 @@ def test_numbers_that_size_work_are_bounded_in_calls_into_other_labs(rubric, zyg
                 "lab1_attention", "nope", [torch.zeros(1000)], {}, 0))
         assert session.relayed_bytes == 4000
         assert session.fault is None, session.fault
-    finally:
-        session.close()
-        reference.cleanup()
 
 
 def test_work_handed_to_lab1_fails_the_measured_tests_only(rubric, zygote, tmp_path):
@@ -172,13 +183,7 @@ def test_a_training_stopping_by_its_clock_is_charged_what_its_clock_showed(rubri
     submission = tmp_path / "s"
     submission.mkdir()
     (submission / "lab8_train_transformer.py").write_text(CLOCKED_TRAINING)
-    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
-        importable = grader._importable
-    reference = make_scratch({f.name: f.read_bytes()
-                              for f in (paths.KIT / "solutions").glob("lab*.py")})
-    session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
-                      importable=importable, reference_dir=reference.name)
-    try:
+    with _answered_by_reference(rubric, zygote, submission) as session:
         session.start_test(60, test="t", lab="lab8_train_transformer")
         value, used = session.train("lab8_train_transformer", protocol.train_request(
             "train", "Tiny", [0, budget], {}))
@@ -186,46 +191,22 @@ def test_a_training_stopping_by_its_clock_is_charged_what_its_clock_showed(rubri
         assert steps > 3, value["loss_history"]
         assert 0.85 * budget <= used.cpu_s <= 1.1 * budget + 1.0, (used.cpu_s, steps)
         assert session.fault is None, session.fault
-    finally:
-        session.close()
-        reference.cleanup()
-
-
-# A lab 2 that does no work of its own: it hands lab 1 (the course's reference) one query
-# over ``keys`` keys, ``calls`` times; the keys and values cross to the reference each time.
-RELAYING = """
-import torch
-from lab1_attention import scaled_dot_product_attention
-
-
-def relay(keys, calls):
-    q = torch.zeros(1, 1, 64)
-    k = torch.zeros(1, int(keys), 64)
-    for _ in range(int(calls)):
-        scaled_dot_product_attention(q, k, k)
-    return torch.zeros(1)
-"""
 
 
 @pytest.mark.slow
 def test_a_measured_calls_relay_framing_is_not_charged_to_the_student(rubric, zygote,
                                                                      tmp_path):
-    """The same 96 calls into lab 1, moving 4 MiB each (8192 keys) or 8 kB (16 keys): the
-    measured call is charged about the same CPU time, because framing the bytes that cross
-    is the relay's (the grader's design), not the student's work; what is taken off was
-    calibrated in the worker before the lab was imported and is reported (``relay_s``).
-    Before the fix the 384 MiB cost the student ~0.4-0.8 CPU-s (copied three times in the
-    worker, then by the kernel) against ~0.01 s for the small frames."""
+    """The same 96 calls into lab 1, moving 4 MiB each (8192 keys) or 8 kB (16 keys), from
+    a lab 2 that does no work of its own (benchmarks/bench_relay.py's, which prints the
+    figures): the measured call is charged about the same CPU time, because moving the
+    bytes that cross is the relay's (the grader's design), not the student's work; what is
+    taken off was calibrated in a fresh worker whose lab is never imported and is reported
+    (``relay_s``). Before the fix the 384 MiB cost the student ~0.65 CPU-s (copied three
+    times in the worker, then by the kernel) against ~0.03 s for the small frames."""
     submission = tmp_path / "s"
     submission.mkdir()
-    (submission / "lab2_multihead.py").write_text(RELAYING)
-    with Grader(Course(paths.KIT, rubric), zygote=zygote) as grader:
-        importable = grader._importable
-    reference = make_scratch({f.name: f.read_bytes()
-                              for f in (paths.KIT / "solutions").glob("lab*.py")})
-    session = Session(zygote=zygote, submission_dir=str(submission), forbidden={},
-                      importable=importable, reference_dir=reference.name)
-    try:
+    (submission / "lab2_multihead.py").write_text(_bench_relay().RELAYING)
+    with _answered_by_reference(rubric, zygote, submission) as session:
         charged = {}
         for keys in (16, 8192, 16, 8192):
             session.start_test(60, test="t", lab="lab2_multihead")
@@ -236,9 +217,16 @@ def test_a_measured_calls_relay_framing_is_not_charged_to_the_student(rubric, zy
         assert big - small < 0.1, (small, big, charged)
         assert all(u.relay_s > 0 for u in charged[8192]), charged
         assert session.fault is None, session.fault
-    finally:
-        session.close()
-        reference.cleanup()
+
+
+def _bench_relay():
+    """benchmarks/bench_relay.py as a module (its lab 2 source, ``RELAYING``)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bench_relay", paths.KIT / "benchmarks" / "bench_relay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ----------------------------------------------------------------- the grading process's peak

@@ -830,16 +830,21 @@ def grab():
 '''
 
 
-def test_memory_that_rlimit_as_does_not_count_is_refused(zyg):
-    """SysV IPC and memfds: refused by seccomp in every mode (a segment would count in no
-    process's limit, and in plain mode would outlive the worker)."""
-    scratch = make_scratch({"lab1_ipc.py": IPC_GRAB})
-    w = zyg.spawn(submission=scratch.name, lab="lab1_ipc", forbidden=[])
+def _call_one_file_lab(zyg, lab: str, source: bytes, target: str):
+    """``lab.target()`` in a fresh worker of a submission holding only ``source``."""
+    scratch = make_scratch({f"{lab}.py": source})
+    w = zyg.spawn(submission=scratch.name, lab=lab, forbidden=[])
     try:
-        got = call(w, "grab")
+        return call(w, target)
     finally:
         w.kill()
         scratch.cleanup()
+
+
+def test_memory_that_rlimit_as_does_not_count_is_refused(zyg):
+    """SysV IPC and memfds: refused by seccomp in every mode (a segment would count in no
+    process's limit, and in plain mode would outlive the worker)."""
+    got = _call_one_file_lab(zyg, "lab1_ipc", IPC_GRAB, "grab")
     assert got == {"shmget": "refused", "msgget": "refused", "semget": "refused",
                    "memfd_create": "refused"}, got
 
@@ -877,13 +882,7 @@ def test_pages_cannot_be_spliced_past_the_kernels_copy(zyg):
     """splice, tee, sendfile and copy_file_range are refused by seccomp: the relay takes
     off a worker's CPU time what copying its calls' bytes into its socket costs
     (engine.relay_cost), so no way of moving them may be cheaper than that copy."""
-    scratch = make_scratch({"lab1_splice.py": SPLICE_BYTES})
-    w = zyg.spawn(submission=scratch.name, lab="lab1_splice", forbidden=[])
-    try:
-        got = call(w, "splice")
-    finally:
-        w.kill()
-        scratch.cleanup()
+    got = _call_one_file_lab(zyg, "lab1_splice", SPLICE_BYTES, "splice")
     assert got == {"splice": "refused", "tee": "refused", "sendfile": "refused",
                    "copy_file_range": "refused"}, got
 

@@ -89,14 +89,15 @@ def calibrate(worker: Worker) -> FramingRate:
     """The framing rate of ``worker``, a fresh worker whose lab is not imported (the caller
     kills it after). Raises ``RuntimeError`` if it does not answer as the grader's code
     does (a sandbox fault, not the student's)."""
-    kinds = {"small": (SMALL, 0), "request": (BIG, 0), "reply": (SMALL, BIG)}
+    kinds = {"small": (SMALL, echo(0)), "request": (BIG, echo(0)),
+             "reply": (SMALL, echo(BIG))}
     rates = []
     for _ in range(REPEATS):
         per_call = {}
-        for kind, (request_bytes, reply_bytes) in kinds.items():
+        for kind, (request_bytes, answer) in kinds.items():
+            worker.on_callback = answer
             spent = {}
             for calls in (FEW, MANY):
-                worker.on_callback = echo(reply_bytes)
                 before = usage.reading(worker.pid).cpu_ns
                 reply = worker.request(protocol.calibrate_request(calls, request_bytes),
                                        timeout_s=TIMEOUT_S)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine import relay_cost
+from grader.engine.call_plan import CallPlan, PlanRecorder, Prefetcher
 from grader.engine.lab_clock import LabClock
 from grader.sandbox import (SandboxError, Worker, WorkerDied, WorkerTimeout, Zygote, jail,
                             memcg, protocol, usage, wire)
@@ -293,7 +293,7 @@ class Session:
         serving the course's reference file of the lab instead of the submission's (its
         own imports of earlier labs are the reference's too)."""
         importable = self.importable.get(lab) or {}
-        by_reference = bool(importable) and self.reference_dir is not None
+        by_reference = self._relays(lab)
         if reference:
             folder = self.reference_dir or self._reference_folder(lab)
         else:
