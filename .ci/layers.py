@@ -46,6 +46,8 @@ EXCLUDED: list[str] = []
 # The worker side: the zygote's file, and the modules it imports by bare name from its own
 # folder (it runs with grader/sandbox/ as its path, never the grader package).
 WORKER_ENTRY = Path("sandbox") / "zygote.py"
+# The portable backend's worker (grader.sandbox.portable) is an entry of its own.
+WORKER_ENTRIES = (WORKER_ENTRY, Path("sandbox") / "portable_worker.py")
 WORKER_PACKAGES = {"torch", "numpy"}    # numpy: torch's sibling, preloaded by the zygote
 
 
@@ -154,10 +156,10 @@ def check(root: Path = PACKAGE) -> list[str]:
 def worker_side(root: Path = PACKAGE) -> dict[str, Path]:
     """The worker side's modules (bare name -> file): ``WORKER_ENTRY`` and what it imports
     from its own folder, transitively."""
-    entry = root / WORKER_ENTRY
-    if not entry.is_file():
+    entries = [root / e for e in WORKER_ENTRIES if (root / e).is_file()]
+    if not entries:
         return {}
-    folder, found, todo = entry.parent, {}, [entry]
+    folder, found, todo = entries[0].parent, {}, list(entries)
     while todo:
         path = todo.pop()
         found[path.stem] = path

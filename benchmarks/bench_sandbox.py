@@ -43,7 +43,7 @@ def bench(mode: str, runs: int, scratch: str) -> None:
     os.environ["GRADER_SANDBOX_MODE"] = mode
     try:
         t0 = time.perf_counter()
-        zygote = Zygote(forbidden=FORBIDDEN, slot=90).start()
+        zygote = Zygote(forbidden=FORBIDDEN, slot=90, mode=mode).start()
         start_ms = (time.perf_counter() - t0) * 1e3
     except SandboxError as exc:
         print(f"{mode:7s} skipped: {exc}")

@@ -39,6 +39,14 @@ class UsageError(GraderError):
     """Bad input from the command line; the message names what and why."""
 
 
+class SandboxModeError(UsageError):
+    """GRADER_SANDBOX_MODE names no mode: a typo in a security setting is refused."""
+
+
+class NeedsJail(UsageError):
+    """A command that grades for points, run where only the portable backend can run."""
+
+
 class SubmissionError(GraderError):
     """The submission as a whole cannot be graded (e.g. the path does not exist)."""
 

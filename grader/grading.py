@@ -29,13 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from grader.course import Course
-from grader.errors import GradingIncomplete, SandboxError, SubmissionError, ZipRejected
+from grader.errors import (GradingIncomplete, NeedsJail, SandboxError, SubmissionError,
+                           ZipRejected)
 from grader.intake import Problem, Sanitized, sanitize
 from grader.intake.zips import unpack_zip
 from grader.outputs.text import capped
 from grader.results import Fault, LabResult, LabStatus, SubmissionResult, TestResult
 from grader.rubric import Rubric
 from grader.sandbox import Limits, Zygote, make_scratch
+from grader.sandbox.backends import backend_of, new_zygote
 
 from grader.engine.lab_clock import OUTSIDE, LabClock
 
@@ -83,9 +85,19 @@ class Grader:
         self.send_ahead = send_ahead
         self._secret = secret
         self._owns_zygote = zygote is None
-        self._zygote = zygote or Zygote(forbidden=self.rubric.all_forbidden, slot=slot,
-                                        mode=sandbox_mode, limits=limits or Limits(),
-                                        many_workers=many_workers, hide=course.private_paths)
+        # The jail, or the portable backend where the jail cannot run or is forced off
+        # (``grader.sandbox.backends``): the same interface either way.
+        self._zygote = zygote or new_zygote(forbidden=self.rubric.all_forbidden, slot=slot,
+                                            mode=sandbox_mode, limits=limits or Limits(),
+                                            many_workers=many_workers,
+                                            hide=course.private_paths)
+        if "hidden" in self.visibility and not backend_of(self._zygote).grades_for_points:
+            # Points are given only where the jail isolates and measures (every route that
+            # grades hidden tests: grade, batch, Gradescope, Classroom, nbgrader).
+            self._zygote.close()
+            raise NeedsJail("grading with the hidden tests needs the Linux sandbox (this "
+                            "machine runs the portable one); `grader check` runs the public "
+                            "tests here")
         self._runners: dict[tuple[str, ...], SuiteRunner] = {}
         self._plans: dict[tuple, CallPlan | None] = {}
         self._reference_scratch = None      # see _reference_dir
@@ -514,10 +526,16 @@ def score(submission_name: str, rubric: Rubric, labs: list[str], visibility: tup
             shown = cases if passed else [c for c in cases if not c.passed]
             artifacts = [] if t.visibility != "public" else next(
                 (c.artifacts for c in shown if c.artifacts), [])
+            # Deferred (not measured on this machine) when a case was and none failed.
+            deferred = bool(cases) and any(c.deferred for c in cases) and all(
+                c.passed or c.deferred for c in cases)
+            if deferred:
+                msg = next(c.message for c in cases if c.deferred)
             lab_result.tests.append(TestResult(
                 lab=lab, name=name, description=desc, visibility=t.visibility,
                 max_score=t.points, passed=passed, message=capped(msg, TEST_TEXT_CAP),
-                duration_s=dur, diagnosis="" if passed else capped(diagnosis, TEST_TEXT_CAP),
-                artifacts=artifacts))
+                duration_s=dur, diagnosis="" if passed or deferred
+                else capped(diagnosis, TEST_TEXT_CAP), artifacts=artifacts,
+                deferred=deferred))
         result.labs.append(lab_result)
     return result

@@ -52,6 +52,9 @@ class TestStatus(_Words):
 
     PASSED = "passed"
     FAILED = "failed"
+    # Not measured on this machine (the portable backend: no memory figures): measured when
+    # the work is graded; neither passed nor failed, and its points are not in the total.
+    DEFERRED = "measured when graded"
 
 
 def read_fault(data: dict) -> Fault | None:
@@ -82,6 +85,7 @@ class TestResult:
     duration_s: float = 0.0
     diagnosis: str = ""          # a named mistake, when one was recognised
     case: str = ""               # the parametrization id of one case, or ""
+    deferred: bool = False       # TestStatus.DEFERRED: not measured here (see there)
     # Arrays for the HTML feedback's pictures (public tests only). Kept in the grading
     # process and never serialised: to_dict and every output built on it leave it out.
     artifacts: list = field(default_factory=list, repr=False, compare=False)
@@ -92,6 +96,8 @@ class TestResult:
 
     @property
     def status(self) -> TestStatus:
+        if self.deferred:
+            return TestStatus.DEFERRED
         return TestStatus.PASSED if self.passed else TestStatus.FAILED
 
     def to_dict(self) -> dict:
@@ -125,7 +131,8 @@ class LabResult:
 
     @property
     def max_score(self) -> float:
-        return sum(t.max_score for t in self.tests)
+        # A deferred test's points are the graded run's to give: no loss is shown here.
+        return sum(t.max_score for t in self.tests if not t.deferred)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "file": self.file,

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         # The course is resolved here, once; commands make their ``Course`` from it
         # (``common.course_arg``) and pass it down.
         args.course_dir = resolve_course_dir(args.course)
+        # A typo in the sandbox's setting is refused before anything runs.
+        from grader.sandbox.backends import requested_mode
+        requested_mode()
         return args.func(args)
     except GraderError as exc:
         for line in exc.errors or [type(exc).__name__]:

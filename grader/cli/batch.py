@@ -26,6 +26,8 @@ def points(x: float) -> str:
 
 
 def cmd_batch(args) -> int:
+    from grader.sandbox.backends import require_jail
+    require_jail("batch")       # grading for points runs only in the jail
     from pathlib import Path
 
     from grader.batch import grade_batch

@@ -41,6 +41,8 @@ def cmd_gradescope(args) -> int:
 
 
 def cmd_classroom(args) -> int:
+    from grader.sandbox.backends import require_jail
+    require_jail("classroom")   # grading for points runs only in the jail
     from rich.console import Console
 
     from grader.outputs.atomic import atomic_write_text

@@ -78,10 +78,14 @@ def cmd_check(args) -> int:
           + (f" ({', '.join(labs)})" if labs else ""), flush=True)
     result = grade_submission(submission, course=course, labs=labs, visibility=("public",))
     render_table(result, waited_s=waited_s())
-    failed = [t for lab in result.labs for t in lab.tests if not t.passed]
+    failed = [t for lab in result.labs for t in lab.tests if not (t.passed or t.deferred)]
+    deferred = [t for lab in result.labs for t in lab.tests if t.deferred]
     if failed:
         print(f"{len(failed)} public test(s) failing. The hidden tests check more cases; "
               "passing these is a start, not a guarantee.")
+    if deferred:
+        print(f"{len(deferred)} resource test(s) measured when your work is graded: this "
+              "machine runs the portable sandbox, which cannot measure them.")
     for lab in result.labs:
         print(lab_summary(lab))
     return EXIT_FAILED if failed else EXIT_OK

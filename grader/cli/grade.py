@@ -9,6 +9,8 @@ from grader.errors import EXIT_OK
 
 
 def cmd_grade(args) -> int:
+    from grader.sandbox.backends import require_jail
+    require_jail("grade")       # grading for points runs only in the jail
     from grader.cli.common import course_arg
     from grader.outputs.atomic import atomic_write_text
     from grader.outputs.gradescope import write_gradescope

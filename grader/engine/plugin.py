@@ -22,7 +22,8 @@ from grader.engine.compare import Mismatch
 from grader.results import TestResult
 from grader.rubric import Rubric
 from grader.secret import hidden_seed, training_start_seed
-from grader.engine.student import MissingRaise, Session, StudentError, StudentLab
+from grader.engine.student import (MissingRaise, NotMeasuredHere, Session, StudentError,
+                                    StudentLab)
 
 STDOUT_SHOWN = 600
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
@@ -177,7 +178,11 @@ class GradingPlugin:
             description = test_description(item.function.__doc__)
             message, diagnosis, artifacts = "", "", []
             candidates: list[str] = []
-            if report.failed and call.excinfo is not None:
+            deferred = report.failed and call.excinfo is not None and isinstance(
+                call.excinfo.value, NotMeasuredHere)
+            if deferred:
+                message = str(call.excinfo.value)
+            elif report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
                                            stdout=self.session.last_stdout)
                 if report.when == "call":
@@ -197,7 +202,7 @@ class GradingPlugin:
                 visibility=visibility_of(item), max_score=self._rubric_test(item).points,
                 passed=report.passed and report.when == "call", message=message,
                 duration_s=report.duration, description=description, diagnosis=diagnosis,
-                artifacts=artifacts,
+                artifacts=artifacts, deferred=deferred,
             )
             self.outcomes.append(result)
             if report.failed and report.when == "call" and len(candidates) > 1:

@@ -52,13 +52,15 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
         for t in lab.tests:
             if t.passed and not show_passed:
                 continue
-            mark = "[green]pass[/green]" if t.passed else "[red]FAIL[/red]"
+            mark = ("[green]pass[/green]" if t.passed else
+                    "[yellow]later[/yellow]" if t.deferred else "[red]FAIL[/red]")
             cause = cause_of(t, causes)
             diagnosis = cause.reference() if cause else (
                 f"Diagnosis: {t.diagnosis}" if t.diagnosis else "")
             why = t.message if t.passed else "\n".join(x for x in (t.message, diagnosis) if x)
             name = t.name + (" (hidden)" if t.visibility == "hidden" else "")
-            table.add_row(name, mark, f"{t.score:g}/{t.max_score:g}", escape(why))
+            points = f"-/{t.max_score:g}" if t.deferred else f"{t.score:g}/{t.max_score:g}"
+            table.add_row(name, mark, points, escape(why))
         console.print(table)
     covered = handed_in_text(result)
     console.print(f"[bold]Total: {result.score:g}/{result.max_score:g}[/bold]"

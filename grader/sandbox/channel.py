@@ -71,6 +71,9 @@ class Worker:
     reply_bytes: int
     lifeline: int | None = None
     keeper: int | None = None
+    # The portable backend's worker (``grader.sandbox.portable``): a process of its own,
+    # started by the grader, ended by killing it (no keeper, no lifeline).
+    process: object = None
     alive: bool = True
     _last_pid: int = 0          # the newest pid seen at the last check (wrap detection)
     _clean_at: int | None = None  # the newest pid when a scan last found no children
@@ -266,6 +269,13 @@ class Worker:
             remaining = deadline + self._granted_s - time.monotonic()
         if remaining <= 0:
             raise socket.timeout("deadline passed while reading a reply")
+        if not hasattr(select, "poll"):     # Windows: select() takes sockets there
+            readable, writable, _ = select.select([self.sock] if read else [],
+                                                  [self.sock] if self._outbox else [], [],
+                                                  max(0.001, remaining))
+            if writable:
+                self._pump()
+            return
         poller = select.poll()
         poller.register(self.sock, (select.POLLIN if read else 0)
                         | (select.POLLOUT if self._outbox else 0))
@@ -304,6 +314,11 @@ class Worker:
         # while a traceback kept for the test's report still refers to this Worker.
         self._outbox.clear()
         self._relaying = False
+        if self.process is not None:
+            self.process.kill_tree()
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            return
         for target in (lambda: os.kill(self.pid, signal.SIGKILL),
                        lambda: os.killpg(self.pid, signal.SIGKILL)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -325,5 +340,5 @@ def _last_pid() -> int | None:
     """The pid most recently given out in this PID namespace (None where unreadable)."""
     try:
         return int(os.pread(_last_pid_fd(), 32, 0))
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):     # no /proc, or no os.pread (Windows)
         return None

@@ -29,9 +29,14 @@ import contextlib
 import ctypes
 import errno
 import os
-import resource
+import platform
 import signal
 import struct
+
+try:        # absent on Windows: this module then only names the modes (grader.sandbox.backends)
+    import resource
+except ImportError:
+    resource = None
 from dataclasses import dataclass
 
 CLONE_NEWNS = 0x00020000
@@ -89,8 +94,11 @@ MODES: dict[str, SandboxMode] = {m.name: m for m in (
                 probed=False),
 )}
 
-_libc = ctypes.CDLL(None, use_errno=True)
-MACHINE = os.uname().machine
+try:        # no C library to open by None on Windows: the jail's calls are then absent
+    _libc = ctypes.CDLL(None, use_errno=True)
+except (OSError, TypeError):
+    _libc = None
+MACHINE = platform.machine()
 
 
 class JailError(OSError):
@@ -310,7 +318,11 @@ def children_of(pid: int, above: int | None = None) -> list[int]:
     """
     found = []
     needle = str(pid).encode()
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:         # no /proc (macOS, Windows): nothing to find this way
+        return found
+    for entry in entries:
         if not entry.isdigit() or (above is not None and int(entry) <= above):
             continue
         try:
@@ -428,8 +440,11 @@ def map_large_allocations() -> bool:
     freed (glibc's default threshold grows up to 32 MB as big blocks are freed, and then
     big blocks come from the heap, whose free space, non-resident since the zygote, becomes
     resident as it is reused). With it, a measured call's resident peak is what it held at
-    once, not what the allocator happened to touch. False where mallopt refused."""
-    mallopt = _libc.mallopt
+    once, not what the allocator happened to touch. False where mallopt refused (or this
+    C library has none: macOS, Windows)."""
+    mallopt = getattr(_libc, "mallopt", None)
+    if mallopt is None:
+        return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 

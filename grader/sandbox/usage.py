@@ -87,6 +87,13 @@ def _threads_cpu_ns(pid: int) -> int:
     return total
 
 
+def accounting_available() -> bool:
+    """Whether this machine's kernel shows a running process's memory and CPU (/proc):
+    Linux does; where it does not (macOS, Windows: the portable backend), the figures the
+    resource tests judge are not measured here (``engine.student.NotMeasuredHere``)."""
+    return os.path.exists("/proc/self/stat")
+
+
 def run_delay_ns(pid: int) -> int:
     """Nanoseconds the worker's threads spent runnable but waiting for a CPU (the second
     field of ``schedstat``): time the machine's load took from it, never its own doing (a

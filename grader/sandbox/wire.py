@@ -123,6 +123,10 @@ def encode_parts(obj) -> list:
         enc = None  # noqa: F841
 
 
+# Whole reads where the platform has the flag; the loops around each read finish the rest.
+_WAITALL = getattr(socket, "MSG_WAITALL", 0)
+
+
 def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
     """Exactly ``n`` bytes. A blocking socket without a deadline reads them in one call."""
     buf = bytearray(n)
@@ -136,7 +140,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> b
             sock.settimeout(remaining)
             size = sock.recv_into(view[got:], n - got)
         else:
-            size = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
+            size = sock.recv_into(view[got:], n - got, _WAITALL)
         if not size:
             raise PeerClosed("channel closed")
         got += size
@@ -171,7 +175,7 @@ def recv_frame_into(sock: socket.socket, buffer: bytearray) -> bytearray:
         buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     while got < size:
-        got_now = sock.recv_into(view[got:size], size - got, socket.MSG_WAITALL)
+        got_now = sock.recv_into(view[got:size], size - got, _WAITALL)
         if not got_now:
             raise PeerClosed("channel closed")
         got += got_now
@@ -201,6 +205,10 @@ def send_parts(sock: socket.socket, chunks: list) -> None:
     as the socket takes: one ``sendmsg`` of them all where it can (a call into another lab
     costs its worker one write, not one per tensor)."""
     views = [memoryview(c).cast("B") for c in chunks if len(c)]
+    if not hasattr(sock, "sendmsg"):        # Windows: one write a chunk
+        for view in views:
+            sock.sendall(view)
+        return
     start = 0
     while start < len(views):
         sent = sock.sendmsg(views[start:start + MAX_IOV])

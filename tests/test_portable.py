@@ -1,0 +1,175 @@
+"""The portable backend (grader.sandbox.portable): students' laptops without the Linux jail.
+
+Run for real here (``PortableZygote``, forced), and with the modules and calls a Windows or
+macOS Python lacks taken away (tests/foreign_python.py) for every student command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import paths
+from grader.course import Course
+from grader.grading import Grader
+from grader.sandbox.backends import (BACKENDS, MODE_NAMES, backend_name, jail_missing,
+                                     requested_mode)
+from grader.errors import NeedsJail, SandboxModeError
+from tests.helpers import fixture_names, labs_changed, make_submission, run_cli
+
+FOREIGN = Path(__file__).with_name("foreign_python.py")
+PUBLIC = ("public",)
+
+
+def foreign(platform: str, *argv, cwd=None) -> subprocess.CompletedProcess:
+    """``grader *argv`` in a Python made to lack what ``platform``'s lacks."""
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SANDBOX_MODE"}
+    return subprocess.run([sys.executable, str(FOREIGN), platform, *map(str, argv)],
+                          capture_output=True, text=True, env={**env, "COLUMNS": "200"},
+                          cwd=cwd or paths.KIT, timeout=600)
+
+
+def test_an_unknown_mode_is_refused_in_one_error_line():
+    got = run_cli("check", "solutions/lab1_attention.py", cwd=paths.KIT,
+                  env={"GRADER_SANDBOX_MODE": "portible"})
+    assert got.returncode == 2
+    assert got.stderr.strip().splitlines() == [
+        "error: GRADER_SANDBOX_MODE='portible' is not a sandbox mode; use one of "
+        "auto, root, userns, plain, portable"]
+    assert got.stdout == ""         # refused before anything ran
+
+
+def test_modes_and_the_table_agree():
+    assert requested_mode({}) == "auto" and requested_mode({"GRADER_SANDBOX_MODE": ""}) == "auto"
+    for mode in MODE_NAMES:
+        assert requested_mode({"GRADER_SANDBOX_MODE": mode}) == mode
+    with pytest.raises(SandboxModeError):
+        requested_mode({"GRADER_SANDBOX_MODE": "Plain"})
+    assert backend_name("portable") == "portable"
+    # This Linux has what the jail needs: auto is the jail, and only the jail grades.
+    assert jail_missing() == [] and backend_name("auto") in ("jail", "portable")
+    assert BACKENDS["jail"].grades_for_points and not BACKENDS["portable"].grades_for_points
+
+
+@pytest.mark.slow
+def test_grading_for_points_is_refused_on_the_portable_backend(monkeypatch):
+    monkeypatch.setenv("GRADER_SANDBOX_MODE", "portable")
+    rubric = Course(paths.KIT).rubric
+    with pytest.raises(NeedsJail, match="hidden tests needs the Linux sandbox"):
+        Grader(Course(paths.KIT, rubric))
+    for command in (["grade", "solutions", "--out", "out"], ["batch", "examples/submissions",
+                                                             "--out", "out"]):
+        got = run_cli(*command, cwd=paths.KIT)
+        assert got.returncode == 2, got
+        assert len(got.stderr.strip().splitlines()) == 1
+        assert got.stderr.startswith(f"error: grader {command[0]} grades for points")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["windows", "macos"])
+def test_every_student_command_starts_without_the_jail(platform, tmp_path):
+    for argv in (["--help"], ["--version"], ["check", "--help"], ["feedback", "--help"]):
+        got = foreign(platform, *argv)
+        assert got.returncode == 0 and "Traceback" not in got.stderr, (argv, got.stderr)
+    got = foreign(platform, "check", "solutions/lab1_attention.py")
+    assert got.returncode == 0 and "Traceback" not in got.stderr + got.stdout, got.stderr
+    assert "lab1: 7/7 public tests pass" in got.stdout
+    # A folder, --lab, a stub (failing: exit 1, not a traceback), feedback.
+    got = foreign(platform, "check", "solutions", "--lab", "lab3_positional")
+    assert got.returncode == 0 and "lab3: 6/6 public tests pass" in got.stdout, got.stderr
+    got = foreign(platform, "check", "exercises/lab2_multihead.py")
+    assert got.returncode == 1 and "Traceback" not in got.stderr + got.stdout
+    assert "lab2: 0/6 public tests pass" in got.stdout
+    got = foreign(platform, "feedback", "solutions", "--lab", "lab1_attention",
+                  "--out", tmp_path)
+    assert got.returncode == 0 and (tmp_path / "feedback.html").is_file(), got.stderr
+    assert "covers the public tests" in got.stdout
+    for command in (["grade", "solutions", "--out", tmp_path], ["classroom", "solutions"]):
+        got = foreign(platform, *command)
+        assert got.returncode == 2 and "Traceback" not in got.stderr
+        assert got.stderr.startswith(f"error: grader {command[0]} grades for points")
+
+
+@pytest.mark.slow
+def test_a_resource_test_is_measured_when_graded_where_the_kernel_shows_nothing():
+    """No /proc (Windows): lab 6's memory test is neither passed nor failed, and its
+    points are out of the check's total; the other tests pass as in the jail."""
+    got = foreign("windows", "check", "solutions", "--lab", "lab6_efficient_attention")
+    assert got.returncode == 0, got.stdout + got.stderr
+    row = next(line for line in got.stdout.splitlines()
+               if "test_chunked_attention_memory_stays_linear" in line)
+    assert "later" in row and "-/4" in row
+    assert "lab6: 7/7 public tests pass, 1 measured when graded" in got.stdout
+    assert "Total: 7/7" in got.stdout
+
+
+def _outcomes(result) -> list[tuple]:
+    return [(t.lab, t.name, t.passed, t.score, t.max_score, t.message, t.diagnosis)
+            for lab in result.labs for t in lab.tests]
+
+
+def _portable_grader(rubric):
+    from grader.sandbox.portable import PortableZygote
+    zygote = PortableZygote(forbidden=rubric.all_forbidden)
+    return zygote, Grader(Course(paths.KIT, rubric), zygote=zygote, visibility=PUBLIC)
+
+
+BUG_FILES = fixture_names("bug_")
+
+
+@pytest.mark.slow
+def test_the_portable_backend_agrees_with_the_jail_test_by_test(rubric, zygote, tmp_path):
+    """Solutions, stubs and every bug file: the same pass/fail, points, message and
+    diagnosis on both backends (lab 8's training on the solutions only: a bug file's lab 8
+    trains twice as long as everything else here)."""
+    submissions = [(paths.KIT / "solutions", None), (paths.KIT / "exercises", None)]
+    for name in BUG_FILES:
+        labs = [lab for lab in labs_changed(name, rubric) if lab != "lab8_train_transformer"]
+        if labs:
+            submissions.append((make_submission(name, tmp_path / name), labs))
+    portable_zygote, portable = _portable_grader(rubric)
+    differ = []
+    try:
+        with Grader(Course(paths.KIT, rubric), zygote=zygote, visibility=PUBLIC) as jail:
+            for folder, labs in submissions:
+                want = _outcomes(jail.grade(folder, labs=labs))
+                got = _outcomes(portable.grade(folder, labs=labs))
+                if got != want:
+                    differ.append((folder.name, [g for g, w in zip(got, want, strict=False) if g != w]))
+    finally:
+        portable.close()
+        portable_zygote.close()
+    assert differ == []
+    assert len(submissions) > 40
+
+
+@pytest.mark.slow
+def test_a_hang_costs_one_test_and_a_fresh_worker_serves_the_next(rubric, tmp_path):
+    """A worker that never answers is killed at the time limit; the next test's worker is
+    new (a spare, started ahead), so the lab's other tests still run."""
+    sub = tmp_path / "hang"
+    sub.mkdir()
+    source = (paths.KIT / "solutions" / "lab1_attention.py").read_text() + (
+        # Only the 4-d case hangs, in a busy loop: CPU the time limit must stop.
+        "\n_real = scaled_dot_product_attention\n"
+        "def scaled_dot_product_attention(q, k, v, *a, **kw):\n"
+        "    if q.dim() == 4:\n"
+        "        while True:\n"
+        "            pass\n"
+        "    return _real(q, k, v, *a, **kw)\n")
+    (sub / "lab1_attention.py").write_text(source)
+    portable_zygote, portable = _portable_grader(rubric)
+    try:
+        result = portable.grade(sub, labs=["lab1_attention"])
+    finally:
+        portable.close()
+        portable_zygote.close()
+    by_name = {t.name: t for t in result.labs[0].tests}
+    assert not by_name["test_matches_pytorch_4d_heads"].passed
+    assert "time limit" in by_name["test_matches_pytorch_4d_heads"].message
+    assert by_name["test_matches_pytorch_3d"].passed and by_name["test_causal_mask_square"].passed
+    assert sum(not t.passed for t in result.labs[0].tests) == 1
