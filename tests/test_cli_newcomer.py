@@ -261,6 +261,81 @@ def test_a_missing_rubric_says_so_by_name(tmp_path):
                                "GRADER_COURSE_DIR)\n"), proc.stderr
 
 
+# Every command that reads a course, with what it needs besides (``{tmp}``: a scratch folder).
+COURSE_COMMANDS = (
+    ["stubs", "--check"], ["stubs"], ["validate"], ["notebooks", "--check"], ["notebooks"],
+    ["check"], ["grade", "{tmp}", "--out", "{tmp}/o"], ["feedback", "{tmp}", "--out", "{tmp}/o"],
+    ["batch", "{tmp}", "--out", "{tmp}/o"], ["release", "--out", "{tmp}/rel"],
+    ["gradescope", "--out", "{tmp}/ag.zip"], ["classroom", "{tmp}"], ["init", "{tmp}/new"],
+)
+
+
+def _command_id(argv):
+    return argv[0] + ("-check" if "--check" in argv else "")
+
+
+NO_COURSE = {
+    "option": lambda missing: (["--course", str(missing)], {}),
+    "env": lambda missing: ([], {"GRADER_COURSE_DIR": str(missing)}),
+}
+
+
+@pytest.mark.parametrize("how", sorted(NO_COURSE))
+@pytest.mark.parametrize("argv", COURSE_COMMANDS, ids=_command_id)
+def test_a_course_folder_that_does_not_exist_is_one_error(tmp_path, argv, how):
+    """Nothing to compare, build or grade: one ``error:`` line naming the folder and where
+    it was named, exit 2; never "stubs are in sync" (exit 0) or a report that goes on."""
+    missing = tmp_path / "nonexistent"
+    before, env = NO_COURSE[how](missing)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = run(*before, *argv, cwd=tmp_path, env=env)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    source = "--course" if how == "option" else "GRADER_COURSE_DIR"
+    assert proc.stderr == (f"error: {source} {missing}: no such course folder (pass --course "
+                           "DIR or set GRADER_COURSE_DIR)\n"), proc.stderr
+    assert not (tmp_path / "new").exists() and not (tmp_path / "rel").exists()
+
+
+@pytest.mark.parametrize("argv", COURSE_COMMANDS, ids=_command_id)
+def test_a_course_folder_without_a_rubric_is_one_error(tmp_path, argv):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = run("--course", empty, *argv, cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr == (f"error: no rubric.yaml in {empty} (pass --course DIR or set "
+                           "GRADER_COURSE_DIR)\n"), proc.stderr
+
+
+@pytest.mark.parametrize("argv", (["stubs", "--check"], ["stubs"], ["notebooks", "--check"]))
+def test_instructor_commands_in_a_student_kit_say_so(tmp_path, argv):
+    """A student kit (rubric and exercises, no solutions): no "extra stub" per exercise,
+    no "wrote" nothing with exit 0: one error saying the command needs solutions/."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    shutil.copyfile(paths.KIT / "rubric.yaml", kit / "rubric.yaml")
+    shutil.copytree(paths.KIT / "exercises", kit / "exercises",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    proc = run("--course", kit, *argv, cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(f"error: grader {argv[0]} is for instructors: "), proc.stderr
+    assert f"{kit} does not have" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_init_from_a_named_course_that_is_not_there_copies_nothing(tmp_path):
+    """``--from`` names the course to copy; ``--course`` is then not read."""
+    proc = run("--course", tmp_path / "nonexistent", "init", tmp_path / "new",
+               "--from", paths.KIT, cwd=tmp_path)
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    proc = run("init", tmp_path / "new2", "--from", tmp_path / "nonexistent", cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+    assert not (tmp_path / "new2").exists()
+
+
 def test_the_course_is_resolved_once_by_the_cli_and_written_nowhere(tmp_path, monkeypatch):
     """--course, else GRADER_COURSE_DIR, else the kit; the environment is read, not set."""
     from grader.cli.common import COURSE_ENV, resolve_course_dir
