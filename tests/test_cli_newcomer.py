@@ -57,6 +57,31 @@ def test_check_of_one_lab_file_checks_that_lab_only(tmp_path):
     assert summaries == [f"lab3: {n}/{n} public tests pass"]
 
 
+def test_check_says_which_figures_are_points_and_which_are_tests():
+    """The table and Total count points (the rubric's weights), the last line per lab counts
+    tests; README shows these lines as ``grader check`` prints them."""
+    import re
+
+    proc = run("check", paths.KIT / "solutions" / f"{LAB1}.py")
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    lab = _rubric().labs[LAB1]
+    points = sum(t.points for t in lab.tests.values() if t.visibility == "public")
+    n = sum(t.visibility == "public" for t in lab.tests.values())
+    assert f"{LAB1} - {lab.title}: {points:g}/{points:g} points" in proc.stdout
+    assert re.search(rf"^Total: {points:g}/{points:g} points  \(\d+\.\d\d s\)$", proc.stdout,
+                     re.M), proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == f"lab1: {n}/{n} public tests pass"
+    readme = (paths.KIT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"grader check lab1_attention.py\n(.*?)```", readme.split("## Who does what")[1],
+                      re.S)
+    assert shown, "README shows the end of a grader check of lab 1"
+    printed = {re.sub(r"\(\d+\.\d\d s\)", "(T s)", line).rstrip()
+               for line in proc.stdout.splitlines()}
+    for line in shown.group(1).strip().splitlines():
+        if not line.startswith(("$", "...")):
+            assert re.sub(r"\(\d+\.\d\d s\)", "(T s)", line).rstrip() in printed, line
+
+
 def test_check_of_a_folder_with_one_lab_notebook_shows_that_lab_only(tmp_path):
     """A notebook student's folder holds one lab's notebook: the check is of that lab,
     not a table of the seven others' missing files (#29)."""
@@ -398,6 +423,6 @@ def test_check_prints_the_time_the_student_waited(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     wall = time.monotonic() - t0
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
-    printed = float(re.search(r"Total: \S+\s+\(([\d.]+) s\)", proc.stdout).group(1))
+    printed = float(re.search(r"Total: \S+ points\s+\(([\d.]+) s\)", proc.stdout).group(1))
     # Only the interpreter's start before it and the exit after it are not counted.
     assert 0.75 * wall <= printed <= wall, (printed, wall)
