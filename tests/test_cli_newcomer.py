@@ -350,6 +350,18 @@ def test_instructor_commands_in_a_student_kit_say_so(tmp_path, argv):
     assert f"{kit} does not have" in proc.stderr and proc.stderr.count("\n") == 1
 
 
+def test_init_in_an_installed_grader_without_a_kit_says_what_to_pass(tmp_path, monkeypatch):
+    """No --course, no GRADER_COURSE_DIR and a kit with no course files (a plain ``pip
+    install``): one error naming the kit and --from."""
+    monkeypatch.setattr(paths, "KIT", tmp_path / "site-packages")
+    (tmp_path / "site-packages").mkdir()
+    proc = run("init", tmp_path / "new", cwd=tmp_path, env={"GRADER_COURSE_DIR": ""})
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr == (f"error: no course to copy: {tmp_path / 'site-packages'} does not "
+                           "have rubric.yaml and solutions/; pass --from a course folder (e.g. "
+                           "a checkout of attention-labs)\n"), proc.stderr
+
+
 def test_init_from_a_named_course_that_is_not_there_copies_nothing(tmp_path):
     """``--from`` names the course to copy; ``--course`` is then not read."""
     proc = run("--course", tmp_path / "nonexistent", "init", tmp_path / "new",

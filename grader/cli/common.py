@@ -63,17 +63,16 @@ def course_problem(folder: Path, rubric: str | None = None, named: str | None = 
     return None
 
 
-def course_dir_arg(args, *, required: bool = True) -> Path:
+def course_dir_arg(args) -> Path:
     """The course folder ``main`` resolved (``resolve_course_dir``) for this command;
-    ``UsageError`` (one line) when it is no course (``course_problem``), unless not
-    ``required``."""
+    ``UsageError`` (one line) when it is no course (``course_problem``)."""
     from grader.errors import UsageError
 
     folder = getattr(args, "course_dir", None)
     if folder is None:          # a command function called without ``main`` (tests)
         folder = args.course_dir = resolve_course_dir(getattr(args, "course", None))
     problem = course_problem(folder, getattr(args, "rubric", None), course_named(args))
-    if required and problem:
+    if problem:
         raise UsageError(problem)
     return folder
 

@@ -10,7 +10,7 @@ def cmd_init(args) -> int:
 
     # The course to copy: --from, else the course named (--course, GRADER_COURSE_DIR), which
     # must be one, else the kit's (``kit_course``).
-    in_use = None if args.source else course_dir_arg(args, required=bool(course_named(args)))
+    in_use = course_dir_arg(args) if course_named(args) and not args.source else None
     dest = init_course(args.dir, source=args.source, version=version(), in_use=in_use)
     print(f"Created the course {dest}: rubric.yaml, solutions/, exercises/, README.md")
     print(f"Next: grader --course {dest} validate")
