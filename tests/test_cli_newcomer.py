@@ -57,6 +57,31 @@ def test_check_of_one_lab_file_checks_that_lab_only(tmp_path):
     assert summaries == [f"lab3: {n}/{n} public tests pass"]
 
 
+def test_check_says_which_figures_are_points_and_which_are_tests():
+    """The table and Total count points (the rubric's weights), the last line per lab counts
+    tests; README shows these lines as ``grader check`` prints them."""
+    import re
+
+    proc = run("check", paths.KIT / "solutions" / f"{LAB1}.py")
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    lab = _rubric().labs[LAB1]
+    points = sum(t.points for t in lab.tests.values() if t.visibility == "public")
+    n = sum(t.visibility == "public" for t in lab.tests.values())
+    assert f"{LAB1} - {lab.title}: {points:g}/{points:g} points" in proc.stdout
+    assert re.search(rf"^Total: {points:g}/{points:g} points  \(\d+\.\d\d s\)$", proc.stdout,
+                     re.M), proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == f"lab1: {n}/{n} public tests pass"
+    readme = (paths.KIT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"grader check lab1_attention.py\n(.*?)```", readme.split("## Who does what")[1],
+                      re.S)
+    assert shown, "README shows the end of a grader check of lab 1"
+    printed = {re.sub(r"\(\d+\.\d\d s\)", "(T s)", line).rstrip()
+               for line in proc.stdout.splitlines()}
+    for line in shown.group(1).strip().splitlines():
+        if not line.startswith(("$", "...")):
+            assert re.sub(r"\(\d+\.\d\d s\)", "(T s)", line).rstrip() in printed, line
+
+
 def test_check_of_a_folder_with_one_lab_notebook_shows_that_lab_only(tmp_path):
     """A notebook student's folder holds one lab's notebook: the check is of that lab,
     not a table of the seven others' missing files (#29)."""
@@ -261,6 +286,93 @@ def test_a_missing_rubric_says_so_by_name(tmp_path):
                                "GRADER_COURSE_DIR)\n"), proc.stderr
 
 
+# Every command that reads a course, with what it needs besides (``{tmp}``: a scratch folder).
+COURSE_COMMANDS = (
+    ["stubs", "--check"], ["stubs"], ["validate"], ["notebooks", "--check"], ["notebooks"],
+    ["check"], ["grade", "{tmp}", "--out", "{tmp}/o"], ["feedback", "{tmp}", "--out", "{tmp}/o"],
+    ["batch", "{tmp}", "--out", "{tmp}/o"], ["release", "--out", "{tmp}/rel"],
+    ["gradescope", "--out", "{tmp}/ag.zip"], ["classroom", "{tmp}"], ["init", "{tmp}/new"],
+)
+
+
+def _command_id(argv):
+    return argv[0] + ("-check" if "--check" in argv else "")
+
+
+NO_COURSE = {
+    "option": lambda missing: (["--course", str(missing)], {}),
+    "env": lambda missing: ([], {"GRADER_COURSE_DIR": str(missing)}),
+}
+
+
+@pytest.mark.parametrize("how", sorted(NO_COURSE))
+@pytest.mark.parametrize("argv", COURSE_COMMANDS, ids=_command_id)
+def test_a_course_folder_that_does_not_exist_is_one_error(tmp_path, argv, how):
+    """Nothing to compare, build or grade: one ``error:`` line naming the folder and where
+    it was named, exit 2; never "stubs are in sync" (exit 0) or a report that goes on."""
+    missing = tmp_path / "nonexistent"
+    before, env = NO_COURSE[how](missing)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = run(*before, *argv, cwd=tmp_path, env=env)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    source = "--course" if how == "option" else "GRADER_COURSE_DIR"
+    assert proc.stderr == (f"error: {source} {missing}: no such course folder (pass --course "
+                           "DIR or set GRADER_COURSE_DIR)\n"), proc.stderr
+    assert not (tmp_path / "new").exists() and not (tmp_path / "rel").exists()
+
+
+@pytest.mark.parametrize("argv", COURSE_COMMANDS, ids=_command_id)
+def test_a_course_folder_without_a_rubric_is_one_error(tmp_path, argv):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = run("--course", empty, *argv, cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr == (f"error: no rubric.yaml in {empty} (pass --course DIR or set "
+                           "GRADER_COURSE_DIR)\n"), proc.stderr
+
+
+@pytest.mark.parametrize("argv", (["stubs", "--check"], ["stubs"], ["notebooks", "--check"]))
+def test_instructor_commands_in_a_student_kit_say_so(tmp_path, argv):
+    """A student kit (rubric and exercises, no solutions): no "extra stub" per exercise,
+    no "wrote" nothing with exit 0: one error saying the command needs solutions/."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    shutil.copyfile(paths.KIT / "rubric.yaml", kit / "rubric.yaml")
+    shutil.copytree(paths.KIT / "exercises", kit / "exercises",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    proc = run("--course", kit, *argv, cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(f"error: grader {argv[0]} is for instructors: "), proc.stderr
+    assert f"{kit} does not have" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_init_in_an_installed_grader_without_a_kit_says_what_to_pass(tmp_path, monkeypatch):
+    """No --course, no GRADER_COURSE_DIR and a kit with no course files (a plain ``pip
+    install``): one error naming the kit and --from."""
+    monkeypatch.setattr(paths, "KIT", tmp_path / "site-packages")
+    (tmp_path / "site-packages").mkdir()
+    proc = run("init", tmp_path / "new", cwd=tmp_path, env={"GRADER_COURSE_DIR": ""})
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr == (f"error: no course to copy: {tmp_path / 'site-packages'} does not "
+                           "have rubric.yaml and solutions/; pass --from a course folder (e.g. "
+                           "a checkout of attention-labs)\n"), proc.stderr
+
+
+def test_init_from_a_named_course_that_is_not_there_copies_nothing(tmp_path):
+    """``--from`` names the course to copy; ``--course`` is then not read."""
+    proc = run("--course", tmp_path / "nonexistent", "init", tmp_path / "new",
+               "--from", paths.KIT, cwd=tmp_path)
+    assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
+    proc = run("init", tmp_path / "new2", "--from", tmp_path / "nonexistent", cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+    assert not (tmp_path / "new2").exists()
+
+
 def test_the_course_is_resolved_once_by_the_cli_and_written_nowhere(tmp_path, monkeypatch):
     """--course, else GRADER_COURSE_DIR, else the kit; the environment is read, not set."""
     from grader.cli.common import COURSE_ENV, resolve_course_dir
@@ -323,6 +435,6 @@ def test_check_prints_the_time_the_student_waited(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     wall = time.monotonic() - t0
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
-    printed = float(re.search(r"Total: \S+\s+\(([\d.]+) s\)", proc.stdout).group(1))
+    printed = float(re.search(r"Total: \S+ points\s+\(([\d.]+) s\)", proc.stdout).group(1))
     # Only the interpreter's start before it and the exit after it are not counted.
     assert 0.75 * wall <= printed <= wall, (printed, wall)

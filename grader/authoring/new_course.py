@@ -53,10 +53,9 @@ def kit_course(in_use: Path | None = None) -> Path:
     for folder in (*folders, paths.KIT):
         if (folder / "rubric.yaml").is_file() and (folder / "solutions").is_dir():
             return folder
-    raise UsageError(f"no course to copy: neither {folders[0] if folders else '(none)'} "
-                     f"nor {paths.KIT} has "
-                     "rubric.yaml and solutions/; pass --from a course folder (e.g. a "
-                     "checkout of attention-labs)")
+    where = f"neither {folders[0]} nor {paths.KIT} has" if folders else f"{paths.KIT} does not have"
+    raise UsageError(f"no course to copy: {where} rubric.yaml and solutions/; pass --from a "
+                     "course folder (e.g. a checkout of attention-labs)")
 
 
 def init_course(dest: str | Path, *, source: str | Path | None = None,

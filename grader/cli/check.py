@@ -3,7 +3,8 @@
 With no SUBMISSION it checks the current folder when that holds lab files (the rubric's
 ``labN_*.py`` or ``.ipynb``, or a near-miss name such as ``lab1_attention (1).py``), else
 the course's ``exercises/``, and says which. A single lab file checks that lab only. The
-last lines are one summary per lab: ``lab1: 7/9 public tests pass``.
+last lines are one summary per lab, in tests (the table above them is in points):
+``lab1: 5/7 public tests pass``.
 """
 
 from __future__ import annotations

@@ -41,11 +41,52 @@ def resolve_course_dir(option: str | None) -> Path:
     return Path(option or os.environ.get(COURSE_ENV) or paths.KIT).expanduser().resolve()
 
 
+def course_named(args) -> str | None:
+    """Where the course of this command was named: ``--course``, ``GRADER_COURSE_DIR``, or
+    None (the kit this grader came from)."""
+    if getattr(args, "course", None):
+        return "--course"
+    return COURSE_ENV if os.environ.get(COURSE_ENV) else None
+
+
+def course_problem(folder: Path, rubric: str | None = None, named: str | None = None) -> str | None:
+    """Why ``folder`` is not a course (no such folder; no rubric), or None: one line, the
+    ``error:`` every command that reads a course gives instead of comparing, building or
+    grading nothing."""
+    hint = "(pass --course DIR or set GRADER_COURSE_DIR)"
+    if not folder.is_dir():
+        return f"{named + ' ' if named else ''}{folder}: no such course folder {hint}"
+    if rubric:
+        return None if Path(rubric).is_file() else f"{rubric}: rubric file not found"
+    if not (folder / "rubric.yaml").is_file():
+        return f"no rubric.yaml in {folder} {hint}"
+    return None
+
+
 def course_dir_arg(args) -> Path:
-    """The course folder ``main`` resolved (``resolve_course_dir``) for this command."""
+    """The course folder ``main`` resolved (``resolve_course_dir``) for this command;
+    ``UsageError`` (one line) when it is no course (``course_problem``)."""
+    from grader.errors import UsageError
+
     folder = getattr(args, "course_dir", None)
     if folder is None:          # a command function called without ``main`` (tests)
         folder = args.course_dir = resolve_course_dir(getattr(args, "course", None))
+    problem = course_problem(folder, getattr(args, "rubric", None), course_named(args))
+    if problem:
+        raise UsageError(problem)
+    return folder
+
+
+def instructor_course_dir(args, command: str, builds: str, note: str = "") -> Path:
+    """The course folder of an instructors' ``grader <command>``, which ``builds`` something
+    from the solutions: one that holds solutions/; ``UsageError`` (one line, ``note``
+    added) in a student kit, which does not."""
+    from grader.errors import UsageError
+
+    folder = course_dir_arg(args)
+    if not (folder / "solutions").is_dir():
+        raise UsageError(f"grader {command} is for instructors: it builds {builds} from "
+                         f"solutions/, which {folder} does not have{note}")
     return folder
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 def cmd_init(args) -> int:
     from grader.authoring.new_course import init_course
     from grader.cli import version
-    from grader.cli.common import course_dir_arg
+    from grader.cli.common import course_dir_arg, course_named
 
-    dest = init_course(args.dir, source=args.source, version=version(),
-                       in_use=course_dir_arg(args))
+    # The course to copy: --from, else the course named (--course, GRADER_COURSE_DIR), which
+    # must be one, else the kit's (``kit_course``).
+    in_use = course_dir_arg(args) if course_named(args) and not args.source else None
+    dest = init_course(args.dir, source=args.source, version=version(), in_use=in_use)
     print(f"Created the course {dest}: rubric.yaml, solutions/, exercises/, README.md")
     print(f"Next: grader --course {dest} validate")
     return 0

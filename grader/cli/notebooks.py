@@ -4,20 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.cli.common import course_arg, course_dir_arg
+from grader.cli.common import course_arg, instructor_course_dir
 
 
 def cmd_notebooks(args) -> int:
     from grader.authoring.course_notebooks import course_drift, write_course
 
-    from grader.errors import UsageError
-
-    folder = course_dir_arg(args)
-    if not (folder / "solutions").is_dir():
-        # A student kit: the notebooks are built from the solutions, which it does not hold.
-        raise UsageError(f"grader notebooks is for instructors: it builds the course's "
-                         f"notebooks from solutions/, which {folder} does not have "
-                         f"(notebook classes get their notebooks from nbgrader's release)")
+    # A student kit: the notebooks are built from the solutions, which it does not hold.
+    folder = instructor_course_dir(
+        args, "notebooks", "the course's notebooks",
+        " (notebook classes get their notebooks from nbgrader's release)")
     out = Path(args.out) if args.out else folder / "notebooks"
     course = course_arg(args)
     kwargs = {"labs": [args.lab] if args.lab else None,

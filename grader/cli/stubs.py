@@ -7,10 +7,11 @@ from grader.errors import EXIT_FAILED, EXIT_OK
 
 def cmd_stubs(args) -> int:
     from grader.authoring.stubs import stub_drift, write_stubs
-    from grader.cli.common import course_dir_arg
+    from grader.cli.common import instructor_course_dir
     from grader.course import Course
 
-    course = Course(course_dir_arg(args))       # its folders only: no rubric is read
+    # Its folders only: no rubric is read (but a folder with none is no course).
+    course = Course(instructor_course_dir(args, "stubs", "the course's exercises/"))
 
     if args.check:
         problems = stub_drift(solutions_dir=course.solutions, exercises_dir=course.exercises)

@@ -10,7 +10,8 @@ def cmd_validate(args) -> int:
     from grader.cli.common import course_dir_arg
     from grader.course import Course
 
-    # Not ``course_arg``: a rubric that does not load is a line of the report, not an error.
+    # Not ``course_arg``: a rubric that does not load is a line of the report, not an error;
+    # no course (no folder, no rubric file) is one (``course_dir_arg``).
     report = validate(Course(course_dir_arg(args), args.rubric or None))
     for line in report.lines:
         print(line)

@@ -27,6 +27,8 @@ def _sized() -> bool:
 def render_table(result: SubmissionResult, *, console=None, show_passed: bool = True,
                  waited_s: float | None = None) -> None:
     """A terminal table per lab and test (rich), with failure messages under each failure.
+    The lab headings, the points column and the Total line count points (the rubric's
+    weights), never tests (``grader check``'s last lines count tests).
     The Total line's time is ``waited_s`` (the command's wall time so far) where given,
     else the grading's own execution time."""
 
@@ -36,7 +38,7 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
             console.print(missing_lab_line(lab), markup=False, highlight=False)
             continue
         causes = shared_causes(lab)
-        heading = f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g}"
+        heading = f"{lab.name} - {lab.title}: {lab.score:g}/{lab.max_score:g} points"
         table = Table(title=None if causes else heading, title_justify="left", expand=False,
                       show_lines=False)
         table.add_column("test", no_wrap=True)
@@ -63,7 +65,7 @@ def render_table(result: SubmissionResult, *, console=None, show_passed: bool = 
             table.add_row(name, mark, points, escape(why))
         console.print(table)
     covered = handed_in_text(result)
-    console.print(f"[bold]Total: {result.score:g}/{result.max_score:g}[/bold]"
+    console.print(f"[bold]Total: {result.score:g}/{result.max_score:g} points[/bold]"
                   f"  ({result.execution_time if waited_s is None else waited_s:.2f} s)" + (f"  {escape(covered)}" if covered else ""))
 
 
