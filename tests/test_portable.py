@@ -107,8 +107,12 @@ def test_a_resource_test_is_measured_when_graded_where_the_kernel_shows_nothing(
     assert "Total: 7/7" in got.stdout
 
 
-def _outcomes(result) -> list[tuple]:
-    return [(t.lab, t.name, t.passed, t.score, t.max_score, t.message, t.diagnosis)
+def _outcomes(result, rubric) -> list[tuple]:
+    """What a student reads of each test. A resource test's figures are the machine's
+    (a cgroup's peak in the jail, the resident size in the portable backend's worker): its
+    verdict and points must agree, and its message on both says what the figures show."""
+    return [(t.lab, t.name, t.passed, t.score, t.max_score, t.diagnosis,
+             "(figures)" if rubric.labs[t.lab].tests[t.name].budget else t.message)
             for lab in result.labs for t in lab.tests]
 
 
@@ -136,10 +140,11 @@ def test_the_portable_backend_agrees_with_the_jail_test_by_test(rubric, zygote, 
     try:
         with Grader(Course(paths.KIT, rubric), zygote=zygote, visibility=PUBLIC) as jail:
             for folder, labs in submissions:
-                want = _outcomes(jail.grade(folder, labs=labs))
-                got = _outcomes(portable.grade(folder, labs=labs))
+                want = _outcomes(jail.grade(folder, labs=labs), rubric)
+                got = _outcomes(portable.grade(folder, labs=labs), rubric)
                 if got != want:
-                    differ.append((folder.name, [g for g, w in zip(got, want, strict=False) if g != w]))
+                    differ.append((folder.name, [(g, w) for g, w in zip(got, want, strict=False)
+                                                 if g != w]))
     finally:
         portable.close()
         portable_zygote.close()
