@@ -66,6 +66,9 @@ class Grader:
     ``zygote``: a started zygote to share (tests); the caller keeps and closes it.
     ``secret``: the course secret hidden inputs derive from (default: the course's, read or
     made on first use, when hidden suites are graded; ``grader.secret``).
+    ``graded``: a graded run (default: when hidden suites are graded; nbgrader says True
+    for a lab without any): public tests draw inputs from the course secret and the
+    submission, and show the student's own text only capped and stripped (issue #44).
     ``many_workers``: the zygote prepares its heap for many forks (``Zygote.many_workers``:
     cheaper workers for 0.2-1.5 s more at start); ``grade_submission``, one submission,
     says False.
@@ -75,7 +78,7 @@ class Grader:
                  visibility: tuple[str, ...] = VISIBILITIES, send_ahead: bool = False,
                  slot: int = 0, sandbox_mode: str = "auto", limits: Limits | None = None,
                  zygote: Zygote | None = None, secret: bytes | None = None,
-                 many_workers: bool = True):
+                 many_workers: bool = True, graded: bool | None = None):
         if not isinstance(course, Course):
             raise TypeError(f"Grader needs a grader.course.Course, not {type(course).__name__}")
         self.course = course
@@ -83,6 +86,9 @@ class Grader:
         self.rubric = course.rubric
         self.visibility = tuple(visibility)
         self.send_ahead = send_ahead
+        # A graded run (anything but a student's own check) draws public inputs of its own
+        # and shows public tests the student's text only stripped (issue #44).
+        self.graded = "hidden" in self.visibility if graded is None else graded
         self._secret = secret
         self._owns_zygote = zygote is None
         # The jail, or the portable backend where the jail cannot run or is forced off
@@ -264,7 +270,7 @@ class Grader:
             # pytest's start-up output stays off stdout.
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
                 runner = SuiteRunner(rubric=self.rubric, visibility=visibility,
-                                     secret=self.secret if "hidden" in visibility else b"",
+                                     secret=self.secret if self.graded else b"",
                                      solutions=self.course.solutions).start()
             self._runners[visibility] = runner
         return runner

@@ -5,8 +5,9 @@ name alone, the inputs would be the same in every course that uses the kit, fore
 leaked (a past term's student, a public repository), a table of outputs looked up by input
 would score everywhere. Seeded from the test's name *and* this secret, they are the same for
 every grading within a course (regrades are reproducible) and unknown elsewhere, so a table
-leaked from another course scores nothing. Public inputs stay fixed (students' local checks
-agree with the docs).
+leaked from another course scores nothing. Public inputs stay fixed in a student's own check
+(it agrees with the docs); a graded run draws them from the secret and the files handed in
+(``graded_public_seed``), since public tests show the student's messages (issue #44).
 
 The secret is created once, at random, in the course folder (``.grader-secret``, 0600,
 git-ignored by default); the Gradescope bundle carries it, a student release never does.
@@ -98,3 +99,21 @@ def training_start_seed(secret: bytes, lab: str, source: bytes) -> int:
     check) it still differs per file, and proves nothing: local checks vouch for nothing."""
     digest = hashlib.sha256(source).hexdigest()
     return hidden_seed(secret, f"{lab}:training start:{digest}")
+
+
+def submission_digest(files: dict[str, bytes]) -> str:
+    """A name for a submission's lab files (file name -> bytes), order aside."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode("utf-8") + b"\0" + hashlib.sha256(files[name]).digest())
+    return h.hexdigest()
+
+
+def graded_public_seed(secret: bytes, test_id: str, submission: str) -> int:
+    """The generator seed of public test ``test_id`` in a graded run of the submission whose
+    ``submission_digest`` is ``submission``: from the course secret and every lab file
+    handed in (a lab's worker can read them all), so each graded run of other files draws
+    its own inputs and a table of inputs and answers leaked from one run (its feedback
+    shows the student's messages) matches nothing in the next; a regrade of the same files
+    draws the same. A student's own check keeps the kit's fixed inputs."""
+    return hidden_seed(secret, f"{test_id}:graded public inputs:{submission}")

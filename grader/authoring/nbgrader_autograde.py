@@ -145,7 +145,7 @@ class SandboxedGrades(NbGraderPreprocessor):
             else ("public",)
         with tempfile.TemporaryDirectory(prefix="grader-nbgrader-") as tmp:
             Path(tmp, spec.file).write_text(got.source, encoding="utf-8")
-            with Grader(course, visibility=visibility) as grader:
+            with Grader(course, visibility=visibility, graded=True) as grader:
                 result = grader.grade(tmp, labs=[lab], name=lab)
         tests = {t.name: t for t in result.lab(lab).tests}
         return {gid: (tests[name].passed, tests[name].message, shown[name], tests[name].score)

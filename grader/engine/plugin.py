@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import re
 import zlib
 from pathlib import Path
 
@@ -21,11 +22,26 @@ import torch
 from grader.engine.compare import Mismatch
 from grader.results import TestResult
 from grader.rubric import Rubric
-from grader.secret import hidden_seed, training_start_seed
+from grader.secret import (graded_public_seed, hidden_seed, submission_digest,
+                           training_start_seed)
 from grader.engine.student import (MissingRaise, NotMeasuredHere, Session, StudentError,
                                     StudentLab)
 
 STDOUT_SHOWN = 600
+# In a graded run (a course secret: grade, batch, Gradescope, Classroom, nbgrader), what a
+# public test shows of the student's own text (an exception's type name, message and place,
+# what it printed) is capped at this many characters a field, and every run of characters
+# that could be encoded data is cut (issue #44: a type name carrying the call's inputs as
+# base64 filled a table that answered the next run).
+GRADED_TEXT_SHOWN = 120
+_ENCODED_RUN = re.compile(r"[A-Za-z0-9+/=_-]{33,}|(?:[-+]?[0-9][0-9.eE+-]*[,;\s|x:]*){6,}")
+
+
+def shown_when_graded(text: str, cap: int = GRADED_TEXT_SHOWN) -> str:
+    """The student's ``text`` as a graded run shows it: runs that could carry data (long
+    tokens, base64-like runs, series of numbers) replaced by "...", then capped."""
+    text = _ENCODED_RUN.sub("...", text or "")
+    return text if len(text) <= cap else text[:cap] + "..."
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
 _EXCEPTION_GROUPS = tuple(filter(None, [getattr(builtins, "BaseExceptionGroup", None)]))
 
@@ -44,22 +60,28 @@ def test_description(doc: str | None) -> str:
     return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
-def describe_failure(exc: BaseException, *, hidden: bool, stdout: str) -> str:
-    """What the student reads for a failed test; hidden tests never show values."""
+def describe_failure(exc: BaseException, *, hidden: bool, stdout: str,
+                     graded: bool = False) -> str:
+    """What the student reads for a failed test; hidden tests never show values. ``graded``:
+    a graded run, where a public test shows the student's own text only through
+    ``shown_when_graded``."""
+    scrub = shown_when_graded if graded else None
     if isinstance(exc, (Mismatch, MissingRaise)):
         text = exc.hidden if hidden else exc.public
     elif isinstance(exc, StudentError):
-        text = exc.describe(hidden=hidden)
+        text = exc.describe(hidden=hidden, scrub=scrub)
     elif isinstance(exc, AssertionError):
         detail = str(exc).split("\nassert ")[0].strip()
         text = "a check failed" + ("" if hidden or not detail else f": {detail}")
     else:
         # The test could not use what student code returned (e.g. one value where the
         # contract promises a tuple): say so, without the test's internals.
+        detail = str(exc) if scrub is None else scrub(str(exc))
         text = (f"the returned value has the wrong form ({type(exc).__name__}"
-                + ("" if hidden else f": {exc}") + "); check the contract's return types")
+                + ("" if hidden else f": {detail}") + "); check the contract's return types")
     if stdout and not hidden:
-        text += "\nYour code printed:\n" + stdout[:STDOUT_SHOWN]
+        shown = stdout[:STDOUT_SHOWN] if scrub is None else scrub(stdout)
+        text += "\nYour code printed:\n" + shown
     return text
 
 
@@ -71,6 +93,7 @@ class GradingPlugin:
         self.rubric = rubric
         self.secret = secret        # the course secret: hidden tests' inputs (grader.secret)
         self.session = session
+        self._digest: tuple[str, str] = ("", "")  # (submission folder, its files' digest)
         self.outcomes: list[TestResult] = []     # one per test case
         self.collection_errors: list[str] = []
         # Failed tests of this run whose calls fit several catalogued mistakes, with them
@@ -92,6 +115,11 @@ class GradingPlugin:
         if self.secret and visibility_of(item) == "hidden":
             # This course's own inputs: a table leaked from another course scores nothing.
             return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
+        if self.graded:
+            # This run's own inputs: a table leaked from another run's feedback (public
+            # tests show the student's messages) scores nothing (grader.secret).
+            return torch.Generator().manual_seed(
+                graded_public_seed(self.secret, item.nodeid, self._submission_digest()))
         # crc32 of the node id, not hash(): the same inputs on every run and machine.
         return torch.Generator().manual_seed(zlib.crc32(item.nodeid.encode()))
 
@@ -118,6 +146,26 @@ class GradingPlugin:
         one per grading of a lab file, from the course secret (grader.secret)."""
         return self._value("training_start", request.node)
 
+    @property
+    def graded(self) -> bool:
+        """A graded run (grade, batch, Gradescope, Classroom, nbgrader): it has the course
+        secret; a student's own check has none."""
+        return bool(self.secret)
+
+    def _submission_digest(self) -> str:
+        """The digest of the lab files handed in (``grader.secret.submission_digest``),
+        once per submission."""
+        folder = str(self.session.submission_dir)
+        if self._digest[0] != folder:
+            files = {}
+            for path in sorted(Path(folder).glob("*.py")):
+                try:
+                    files[path.name] = path.read_bytes()
+                except OSError:
+                    continue
+            self._digest = (folder, submission_digest(files))
+        return self._digest[1]
+
     def _training_start(self, lab: str) -> int:
         path = Path(self.session.submission_dir) / f"{lab}.py"
         try:
@@ -137,7 +185,8 @@ class GradingPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
         self.session.start_test(self._rubric_test(item).time_limit_s, test=item.nodeid,
-                                lab=lab_of(item))
+                                lab=lab_of(item),
+                                plannable=not (self.graded and visibility_of(item) == "public"))
         self.session.last_stdout = ""
         # Our fixtures' values go straight into the test's arguments: pytest then skips its
         # fixture machinery for them (a request object and a signature inspection per
@@ -184,7 +233,8 @@ class GradingPlugin:
                 message = str(call.excinfo.value)
             elif report.failed and call.excinfo is not None:
                 message = describe_failure(call.excinfo.value, hidden=hidden,
-                                           stdout=self.session.last_stdout)
+                                           stdout=self.session.last_stdout,
+                                           graded=self.graded)
                 if report.when == "call":
                     candidates, artifacts = self._diagnose(item, call.excinfo.value, hidden)
                     diagnosis = candidates[0] if len(candidates) == 1 else ""

@@ -55,28 +55,31 @@ class StudentError(Exception):
         self.note = ""          # the grader's own words on where it came from (see Session)
         super().__init__(self.describe(hidden=False))
 
-    def describe(self, *, hidden: bool) -> str:
+    def describe(self, *, hidden: bool, scrub=None) -> str:
         """A teaching sentence. For a hidden test nothing the student's code chose: the
         kind of failure only, an exception's type by a fixed list of built-in and torch
-        names ("an exception" for any other), no message, no place, no function name."""
+        names ("an exception" for any other), no message, no place, no function name.
+        ``scrub``: applied to every piece of text the student's code chose (type name,
+        message, place) before it is shown (a graded run's public tests)."""
         if hidden:
             return self._describe_hidden()
-        text = self._describe_public()
+        text = self._describe_public(scrub or (lambda s: s))
         return f"{text}. {self.note}" if self.note else text
 
-    def _describe_public(self) -> str:
-        at = f" at {self.where}" if self.where else ""
+    def _describe_public(self, scrub) -> str:
+        where, message, type_name = scrub(self.where), scrub(self.message), scrub(self.type_name)
+        at = f" at {where}" if where else ""
         if self.kind == "not_implemented":
-            return f"not implemented yet ({self.message or self.type_name}{at})"
+            return f"not implemented yet ({message or type_name}{at})"
         if self.kind == "timeout":
-            return self.message
+            return self.message                   # the grader's own words
         if self.kind == "crash":
-            return f"your code crashed the worker process{at}: {self.message}"
+            return f"your code crashed the worker process{at}: {message}"
         if self.kind == "forbidden":
-            return f"forbidden API: {self.message}"
+            return f"forbidden API: {message}"
         if self.kind == "import":
-            return f"{self.lab}.py could not be imported: {self.type_name}{at}: {self.message}"
-        return f"your code raised {self.type_name}{at}: {self.message}"
+            return f"{self.lab}.py could not be imported: {type_name}{at}: {message}"
+        return f"your code raised {type_name}{at}: {message}"
 
     def _describe_hidden(self) -> str:
         if self.kind == "not_implemented":
@@ -244,8 +247,11 @@ class Session:
         """Planned calls out to a worker, in the order it answers them."""
         return self.prefetch.ahead if self.prefetch is not None else []
 
-    def start_test(self, time_limit_s: float, test: str = "", lab: str = "") -> None:
-        """A test of ``lab`` (or a lab's import probe: no test) starts now."""
+    def start_test(self, time_limit_s: float, test: str = "", lab: str = "",
+                   plannable: bool = True) -> None:
+        """A test of ``lab`` (or a lab's import probe: no test) starts now. ``plannable``:
+        its first request is the same for every submission (``engine.call_plan``); a graded
+        run's public tests draw inputs of each submission's own, and are never planned."""
         if lab and self.clock is not None:
             # Before the previous lab's workers end: what they spent is that lab's.
             self.clock.switch(lab, test)
@@ -259,7 +265,7 @@ class Session:
         if lab:
             self.lab = lab
         if self.recorder is not None and test:
-            self.recorder.start_test(test)
+            self.recorder.start_test(test, plannable=plannable)
         if self.prefetch is not None:
             # Within the finished test's limit; this test's own call may be out already.
             self.prefetch.drop_unasked(test, self.time_limit_s)
