@@ -178,3 +178,18 @@ def test_a_hang_costs_one_test_and_a_fresh_worker_serves_the_next(rubric, tmp_pa
     assert "time limit" in by_name["test_matches_pytorch_4d_heads"].message
     assert by_name["test_matches_pytorch_3d"].passed and by_name["test_causal_mask_square"].passed
     assert sum(not t.passed for t in result.labs[0].tests) == 1
+
+
+@pytest.mark.slow
+def test_a_workers_cpu_time_comes_from_the_os_where_there_is_no_proc(rubric):
+    """Lab 8's budget on macOS and Windows: the worker's CPU when it connected (torch's
+    import, before any student code) is the baseline, its reaped total the end."""
+    from grader.sandbox.portable import PortableZygote
+    with PortableZygote(forbidden=rubric.all_forbidden) as zygote:
+        worker = zygote.spawn(submission=str(paths.KIT / "solutions"), lab="lab1_attention",
+                              forbidden=[])
+        start = worker.process.cpu_ns(final=False)
+        end = worker.process.cpu_ns(final=True)
+        worker.kill()
+        assert worker.process.popen.poll() is not None      # ended, and reaped
+    assert 0.2e9 < start <= end < start + 5e9      # importing torch costs CPU; little since
