@@ -105,8 +105,9 @@ def _replace(sub: Path, lab: str, make) -> None:
 
 
 CASES = {
-    "non_utf8": (lambda p: p.write_bytes(b"x = 1\n# caf\xe9\n"), "error",
-                 ["lab1_attention.py:2", "not UTF-8", "0xe9"]),
+    # Neither UTF-8 nor Windows-1252 (0x81 is unassigned there): refused, with the place.
+    "non_utf8": (lambda p: p.write_bytes(b"x = 1\n# caf\x81\n"), "error",
+                 ["lab1_attention.py:2", "not UTF-8", "0x81"]),
     "binary": (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01\x00" + os.urandom(2000)), "error",
                ["lab1_attention.py", "binary"]),
     "empty": (lambda p: p.write_text(""), "error", ["lab1_attention.py is empty"]),
@@ -185,3 +186,27 @@ def test_nested_lab_files_are_found_with_a_note(rubric, zygote, tmp_path):
     result = grade(sub, rubric, zygote)
     assert_others_full(result)
     assert any("was found at my_work/labs/lab1_attention.py" in n for n in result.notes)
+
+
+WINDOWS_EDITOR = {
+    # What a Windows editor saves: CRLF line ends, and a BOM or Windows-1252 comments.
+    "crlf_bom": lambda text: b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"),
+    "crlf_cp1252": lambda text: ("# Lab 1 \u2014 caf\xe9, \u201cquoted\u201d\n" + text).replace(
+        "\n", "\r\n").encode("cp1252"),
+    "cp1252_declared": lambda text: ("# -*- coding: cp1252 -*-\n# na\xefve \xa9\n"
+                                     + text).encode("cp1252"),
+}
+
+
+@pytest.mark.parametrize("case", list(WINDOWS_EDITOR))
+def test_a_file_saved_by_a_windows_editor_grades_as_the_same_code(case, rubric, zygote,
+                                                                   tmp_path):
+    sub = reference(tmp_path / "sub")
+    text = (paths.KIT / "solutions" / "lab1_attention.py").read_text(encoding="utf-8")
+    (sub / "lab1_attention.py").write_bytes(WINDOWS_EDITOR[case](text))
+    result = grade(sub, rubric, zygote, labs=(LAB1,))
+    lab = lab_of(result, LAB1)
+    assert lab.status == "graded" and lab.score == lab.max_score > 0, \
+        [(t.name, t.message) for t in lab.tests if not t.passed]
+    if "cp1252" in case:
+        assert any("Windows-1252" in note for note in result.notes), result.notes

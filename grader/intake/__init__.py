@@ -12,6 +12,7 @@ Runs in the trusted process and never executes what it reads.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,27 @@ from grader.results import LabStatus
 from grader.rubric import Rubric
 
 MAX_FILE_BYTES = 1 << 20      # a lab file larger than 1 MiB is refused
+# PEP 263's coding declaration, on one of the first two lines.
+_CODING = re.compile(rb"^([ \t\f]*#.*?coding[:=][ \t]*)([-\w.]+)", re.MULTILINE)
+
+
+def as_utf8(data: bytes) -> tuple[bytes, str] | None:
+    """A lab file that is not UTF-8, as UTF-8: decoded by its coding declaration where it has
+    one (rewritten to say utf-8), else as Windows-1252, what Windows editors save (cp1252
+    comments, curly quotes); (the bytes, the encoding read). None if that does not decode:
+    the file is refused, with the place."""
+    head = b"\n".join(data.split(b"\n", 2)[:2])
+    declared = _CODING.search(head)
+    codec = declared.group(2).decode("ascii") if declared else "cp1252"
+    try:
+        text = data.decode(codec)
+    except (LookupError, UnicodeDecodeError):
+        return None
+    out = text.encode("utf-8")
+    if declared:                # the bytes are UTF-8 now: so must the declaration be
+        first = b"\n".join(out.split(b"\n", 2)[:2])
+        out = _CODING.sub(rb"\1utf-8", first, count=1) + out[len(first):]
+    return out, codec
 SEARCH_DEPTH = 3              # lab files may sit this many folders deep (zipped folders)
 
 
@@ -152,10 +174,17 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str], *,
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = data[: exc.start].count(b"\n") + 1
-            out.problems[lab] = Problem(LabStatus.ERROR, (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
-                                 "save the file as UTF-8"))
-            continue
+            if (converted := as_utf8(data)) is not None:
+                data, codec = converted
+                text = data.decode("utf-8")
+                out.notes.append(f"{rel} is not UTF-8; it was read as "
+                                 + ("Windows-1252 (cp1252)" if codec.lower().replace("-", "")
+                                    in ("cp1252", "windows1252") else codec))
+            else:
+                line = data[: exc.start].count(b"\n") + 1
+                out.problems[lab] = Problem(LabStatus.ERROR, (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+                                     "save the file as UTF-8"))
+                continue
         if not data.strip():
             out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is empty")
             continue
