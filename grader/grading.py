@@ -97,13 +97,12 @@ class Grader:
                                             mode=sandbox_mode, limits=limits or Limits(),
                                             many_workers=many_workers,
                                             hide=course.private_paths)
-        if "hidden" in self.visibility and not backend_of(self._zygote).grades_for_points:
-            # Points are given only where the jail isolates and measures (every route that
-            # grades hidden tests: grade, batch, Gradescope, Classroom, nbgrader).
+        if self.graded and not backend_of(self._zygote).grades_for_points:
+            # Points are given only where the jail isolates and measures (every graded run:
+            # grade, batch, Gradescope, Classroom, nbgrader, hidden tests or not).
             self._zygote.close()
-            raise NeedsJail("grading with the hidden tests needs the Linux sandbox (this "
-                            "machine runs the portable one); `grader check` runs the public "
-                            "tests here")
+            raise NeedsJail("grading for points needs the Linux sandbox (this machine runs "
+                            "the portable one); `grader check` runs the public tests here")
         self._runners: dict[tuple[str, ...], SuiteRunner] = {}
         self._plans: dict[tuple, CallPlan | None] = {}
         self._reference_scratch = None      # see _reference_dir
@@ -380,10 +379,12 @@ class Grader:
 def grade_submission(submission: str | Path, *, course: Course,
                      labs: list[str] | None = None,
                      visibility: tuple[str, ...] = VISIBILITIES,
-                     name: str | None = None) -> SubmissionResult:
-    """Grade one submission with a Grader of its own (started and closed here)."""
+                     name: str | None = None, graded: bool | None = None) -> SubmissionResult:
+    """Grade one submission with a Grader of its own (started and closed here).
+    ``graded``: the run gives points (``Grader``'s; a route that writes points on public
+    tests alone says True)."""
     # One submission's few workers do not repay preparing the zygote's heap for many forks.
-    grader = Grader(course, visibility=visibility, many_workers=False)
+    grader = Grader(course, visibility=visibility, many_workers=False, graded=graded)
     try:
         # The sandbox and the pytest session start side by side (``Grader.start``).
         grader.start(suites=True)

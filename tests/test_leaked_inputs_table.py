@@ -31,6 +31,7 @@ from grader.grading import Grader
 from grader.outputs.classroom import classroom_payload
 from grader.outputs.gradescope import write_gradescope
 from grader.outputs.html import write_feedback_html
+from tests.helpers import run_cli
 
 LAB = "lab1_attention"
 SECRET = bytes(range(1, 33))
@@ -221,9 +222,32 @@ def test_fresh_graded_inputs_alone_make_the_table_worthless(course, zygote, stub
     are drawn from the secret and submission 2's own files."""
     from grader.engine import plugin
     monkeypatch.setattr(plugin, "shown_when_graded", lambda text, cap=0: text)
+    monkeypatch.setattr(plugin, "type_name_when_graded", lambda name: name)
     with Grader(course, zygote=zygote) as grader:
         leak = grader.grade(submission(LEAK.read_text(), tmp_path / "leak"), labs=[LAB])
         inputs = leaked_inputs([t.message for lab in leak.labs for t in lab.tests])
         assert len(inputs) >= 5       # the leak works when nothing is stripped
         table = grader.grade(table_submission(inputs, tmp_path / "table"), labs=[LAB])
     assert table.score <= stub_points, table.score
+
+
+def _classroom_public_only(sub: Path, out: Path) -> tuple[list[str], float]:
+    """``grader classroom --public-only``: public tests only, and still points."""
+    got = run_cli("classroom", sub, "--public-only", "--lab", LAB, "--out", out, "--quiet",
+                  cwd=paths.KIT)
+    assert got.returncode == 0, got.stderr
+    text = out.read_text()
+    return [text, got.stderr], sum(t["score"] for t in json.loads(text)["tests"])
+
+
+@pytest.mark.slow
+def test_a_route_that_gives_points_on_public_tests_alone_is_a_graded_run(tmp_path):
+    """Classroom with --public-only writes points: its inputs are drawn per run too, so the
+    table from one run's feedback earns no more than the stub's public causal-mask test."""
+    _, stub = _classroom_public_only(submission(STUB, tmp_path / "stub"), tmp_path / "s.json")
+    texts, leak = _classroom_public_only(submission(LEAK.read_text(), tmp_path / "leak"),
+                                         tmp_path / "l.json")
+    assert leak == stub
+    table = table_submission(leaked_inputs(texts), tmp_path / "table")
+    _, table_points = _classroom_public_only(table, tmp_path / "t.json")
+    assert table_points <= stub, (table_points, stub)

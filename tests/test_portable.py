@@ -59,8 +59,10 @@ def test_modes_and_the_table_agree():
 def test_grading_for_points_is_refused_on_the_portable_backend(monkeypatch):
     monkeypatch.setenv("GRADER_SANDBOX_MODE", "portable")
     rubric = Course(paths.KIT).rubric
-    with pytest.raises(NeedsJail, match="hidden tests needs the Linux sandbox"):
+    with pytest.raises(NeedsJail, match="for points needs the Linux sandbox"):
         Grader(Course(paths.KIT, rubric))
+    with pytest.raises(NeedsJail):       # public tests alone, for points (nbgrader, Classroom)
+        Grader(Course(paths.KIT, rubric), visibility=PUBLIC, graded=True)
     for command in (["grade", "solutions", "--out", "out"], ["batch", "examples/submissions",
                                                              "--out", "out"]):
         got = run_cli(*command, cwd=paths.KIT)
@@ -193,3 +195,50 @@ def test_a_workers_cpu_time_comes_from_the_os_where_there_is_no_proc(rubric):
         worker.kill()
         assert worker.process.popen.poll() is not None      # ended, and reaped
     assert 0.2e9 < start <= end < start + 5e9      # importing torch costs CPU; little since
+
+
+DETACHING_LAB1 = '''
+import os, time
+
+def _detach(pid_file):
+    if os.fork() == 0:
+        os.setsid()                     # a session of its own: out of the worker's group
+        if os.fork() == 0:
+            with open(pid_file, "a") as fh:
+                fh.write(f"{os.getpid()}\\n")
+            time.sleep(120)
+        os._exit(0)
+
+_detach(PID_FILE)
+'''
+
+
+@pytest.mark.slow
+def test_nothing_the_students_code_started_outlives_a_portable_check(rubric, tmp_path):
+    """A double fork into a session of its own (atk: setsid daemon) ends with the worker:
+    the worker is its children's subreaper, and the grader ends every descendant."""
+    pid_file = tmp_path / "pids"
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    source = (paths.KIT / "solutions" / "lab1_attention.py").read_text()
+    (sub / "lab1_attention.py").write_text(
+        f"PID_FILE = {str(pid_file)!r}\n" + DETACHING_LAB1 + source)
+    portable_zygote, portable = _portable_grader(rubric)
+    try:
+        result = portable.grade(sub, labs=["lab1_attention"])
+    finally:
+        portable.close()
+        portable_zygote.close()
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert pids and result.labs[0].tests
+    alive = []
+    for pid in pids:        # ours: started by this test's submission, ended by their pid
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+            os.kill(pid, 9)
+    assert alive == []

@@ -54,8 +54,10 @@ def cmd_classroom(args) -> int:
         raise UsageError("--github-output needs the GITHUB_OUTPUT variable (set by GitHub "
                          "Actions)")
     visibility = ("public",) if args.public_only else ("public", "hidden")
+    # Points either way: a graded run (its own inputs, the student's text stripped; #44).
     result = grade_submission(Path(args.submission), course=course_arg(args),
-                              labs=[args.lab] if args.lab else None, visibility=visibility)
+                              labs=[args.lab] if args.lab else None, visibility=visibility,
+                              graded=True)
     render_table(result, console=Console(stderr=True))
     encoded = classroom_encoded(result)
     if args.out:

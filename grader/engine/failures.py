@@ -27,6 +27,10 @@ SHOWN_EXCEPTIONS = _exception_names()
 TEXT_CAP = 2000             # characters of any one piece of text from a worker
 
 
+def _unscrubbed(text: str) -> str:
+    return text
+
+
 class StudentError(Exception):
     """Student code failed: raised, crashed, hung or could not be imported.
 
@@ -40,19 +44,21 @@ class StudentError(Exception):
         self.note = ""          # the grader's own words on where it came from (see Session)
         super().__init__(self.describe(hidden=False))
 
-    def describe(self, *, hidden: bool, scrub=None) -> str:
+    def describe(self, *, hidden: bool, scrub=None, type_scrub=None) -> str:
         """A teaching sentence. For a hidden test nothing the student's code chose: the
         kind of failure only, an exception's type by a fixed list of built-in and torch
         names ("an exception" for any other), no message, no place, no function name.
         ``scrub``: applied to every piece of text the student's code chose (type name,
-        message, place) before it is shown (a graded run's public tests)."""
+        message, place) before it is shown (a graded run's public tests); ``type_scrub``:
+        to the exception's type name after it."""
         if hidden:
             return self._describe_hidden()
-        text = self._describe_public(scrub or (lambda s: s))
+        text = self._describe_public(scrub or _unscrubbed, type_scrub or _unscrubbed)
         return f"{text}. {self.note}" if self.note else text
 
-    def _describe_public(self, scrub) -> str:
-        where, message, type_name = scrub(self.where), scrub(self.message), scrub(self.type_name)
+    def _describe_public(self, scrub, type_scrub) -> str:
+        where, message = scrub(self.where), scrub(self.message)
+        type_name = type_scrub(scrub(self.type_name))
         at = f" at {where}" if where else ""
         if self.kind == "not_implemented":
             return f"not implemented yet ({message or type_name}{at})"

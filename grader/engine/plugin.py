@@ -24,7 +24,7 @@ from grader.results import TestResult
 from grader.rubric import Rubric
 from grader.secret import (graded_public_seed, hidden_seed, submission_digest,
                            training_start_seed)
-from grader.engine.student import (MissingRaise, NotMeasuredHere, Session, StudentError,
+from grader.engine.student import (SHOWN_EXCEPTIONS, MissingRaise, NotMeasuredHere, Session, StudentError,
                                     StudentLab)
 
 STDOUT_SHOWN = 600
@@ -34,14 +34,26 @@ STDOUT_SHOWN = 600
 # that could be encoded data is cut (issue #44: a type name carrying the call's inputs as
 # base64 filled a table that answered the next run).
 GRADED_TEXT_SHOWN = 120
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e\n]+")
 _ENCODED_RUN = re.compile(r"[A-Za-z0-9+/=_-]{33,}|(?:[-+]?[0-9][0-9.eE+-]*[,;\s|x:]*){6,}")
 
 
 def shown_when_graded(text: str, cap: int = GRADED_TEXT_SHOWN) -> str:
     """The student's ``text`` as a graded run shows it: runs that could carry data (long
-    tokens, base64-like runs, series of numbers) replaced by "...", then capped."""
-    text = _ENCODED_RUN.sub("...", text or "")
+    tokens, base64-like runs, series of numbers) replaced by "...", then capped. Only
+    printable ASCII is shown: a run of other characters (CJK identifiers carry two bytes
+    each past the patterns) is one "?"."""
+    text = _NOT_PLAIN.sub("?", text or "")
+    text = _ENCODED_RUN.sub("...", text)
     return text if len(text) <= cap else text[:cap] + "..."
+
+
+def type_name_when_graded(name: str) -> str:
+    """An exception's type as a graded run names it: Python's and torch's own by name, any
+    type the student made as "an exception" (as hidden tests do; #44)."""
+    return name if name in SHOWN_EXCEPTIONS else "an exception"
+
+
 # Exception groups keep pytest's own report (BaseExceptionGroup is new in Python 3.11).
 _EXCEPTION_GROUPS = tuple(filter(None, [getattr(builtins, "BaseExceptionGroup", None)]))
 
@@ -69,7 +81,8 @@ def describe_failure(exc: BaseException, *, hidden: bool, stdout: str,
     if isinstance(exc, (Mismatch, MissingRaise)):
         text = exc.hidden if hidden else exc.public
     elif isinstance(exc, StudentError):
-        text = exc.describe(hidden=hidden, scrub=scrub)
+        text = exc.describe(hidden=hidden, scrub=scrub,
+                            type_scrub=type_name_when_graded if graded else None)
     elif isinstance(exc, AssertionError):
         detail = str(exc).split("\nassert ")[0].strip()
         text = "a check failed" + ("" if hidden or not detail else f": {detail}")

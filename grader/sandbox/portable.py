@@ -94,10 +94,18 @@ class WorkerProcess:
         self.popen.stdin.close()
 
     def kill_tree(self) -> None:
-        """The worker and whatever it started (its session, where the OS has sessions)."""
+        """The worker and whatever it started: every descendant /proc shows (the worker is
+        their subreaper on Linux, so a detached one is among them), its session, and it."""
         if self.ended:
             return
         self.ended = True
+        for _ in range(3):          # what forks while it is being ended is found again
+            found = _descendants(self.pid)
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if not found:
+                break
         if hasattr(os, "killpg"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
@@ -111,6 +119,18 @@ class WorkerProcess:
         with contextlib.suppress(OSError, ValueError):
             self.popen.stdin.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (empty without /proc: macOS, Windows, where a process the
+    student's code detaches can outlive the check; docs/security.md says so)."""
+    from grader.sandbox.jail import children_of
+    found, todo = [], [pid]
+    while todo and len(found) < 4096:
+        below = children_of(todo.pop())
+        found += below
+        todo += below
+    return found
 
 
 @dataclass
@@ -193,7 +213,8 @@ class PortableZygote:
                 sock, _ = self._listener.accept()
             except socket.timeout:
                 continue
-            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            # A silent connection (a leftover process's) holds the wait a second at most.
+            sock.settimeout(min(1.0, max(0.1, deadline - time.monotonic())))
             try:
                 got = b""
                 while len(got) < TOKEN_BYTES + CPU_DIGITS:
