@@ -346,12 +346,20 @@ def test_hidden_inputs_are_the_courses_own_and_public_inputs_fixed(rubric, zygot
         # (tests/test_lab8.py): three of them would be ~45 CPU s for no input to compare.
         labs = [lab for lab in rubric.labs if lab != "lab8_train_transformer"]
         first_a, first_a2, first_b = (_first_calls(g, labs) for g in (ga, ga2, gb))
+    # A student's own check (public tests, not graded): the kit's fixed inputs, whatever
+    # the secret.
+    with Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True, secret=a,
+                visibility=("public",)) as ca, \
+            Grader(Course(paths.KIT, rubric), zygote=zygote, send_ahead=True, secret=b,
+                   visibility=("public",)) as cb:
+        check_a, check_b = _first_calls(ca, labs), _first_calls(cb, labs)
     assert set(first_a) == set(first_b)
     same = {t: wire.encode(first_a[t]) == wire.encode(first_b[t]) for t in first_a}
     hidden = [t for t in first_a if t.startswith("hidden/")]
-    public = [t for t in first_a if t.startswith("public/")]
-    assert hidden and public
-    assert all(same[t] for t in public)                # students' local checks stay valid
+    # A graded run's public inputs are its own (#44): never planned ahead.
+    assert hidden and not any(t.startswith("public/") for t in first_a)
+    assert check_a and set(check_a) == set(check_b)
+    assert all(wire.encode(check_a[t]) == wire.encode(check_b[t]) for t in check_a)
     drawn = [t for t in hidden if any(isinstance(x, torch.Tensor) and x.is_floating_point()
                                       for x in first_a[t].get("args", []))]
     assert drawn and not any(same[t] for t in drawn)   # another course: other inputs
@@ -448,7 +456,8 @@ def test_a_grader_launches_its_zygote_then_loads_the_engine_then_waits(rubric, m
             return super().start()
 
     real_load, real_runner = grading.load_engine, Grader._runner
-    monkeypatch.setattr(grading, "Zygote", Recording)
+    # The jail's zygote, as the backends give it (grader.sandbox.backends.new_zygote).
+    monkeypatch.setattr("grader.sandbox.host.Zygote", Recording)
     monkeypatch.setattr(grading, "load_engine", lambda: (order.append("engine"), real_load()))
     monkeypatch.setattr(Grader, "_runner",
                         lambda self, v: (order.append(f"suites {v}"), real_runner(self, v))[1])

@@ -42,6 +42,7 @@ class StudentError(Exception):
         self.kind, self.type_name, self.mro = kind, type_name, tuple(mro)
         self.message, self.where, self.lab, self.stdout = message, where, lab, stdout
         self.note = ""          # the grader's own words on where it came from (see Session)
+        self.grader_words = False   # ``message`` is the grader's own (shown unscrubbed)
         super().__init__(self.describe(hidden=False))
 
     def describe(self, *, hidden: bool, scrub=None, type_scrub=None) -> str:
@@ -57,7 +58,8 @@ class StudentError(Exception):
         return f"{text}. {self.note}" if self.note else text
 
     def _describe_public(self, scrub, type_scrub) -> str:
-        where, message = scrub(self.where), scrub(self.message)
+        where = scrub(self.where)
+        message = self.message if self.grader_words else scrub(self.message)
         type_name = type_scrub(scrub(self.type_name))
         at = f" at {where}" if where else ""
         if self.kind == "not_implemented":

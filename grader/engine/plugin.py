@@ -33,7 +33,9 @@ STDOUT_SHOWN = 600
 # what it printed) is capped at this many characters a field, and every run of characters
 # that could be encoded data is cut (issue #44: a type name carrying the call's inputs as
 # base64 filled a table that answered the next run).
-GRADED_TEXT_SHOWN = 120
+# 300: the import guard's own sentence ("... may import only: lab1_attention.causal_mask,
+# ...") must fit; the defence is the run's own inputs, this cap a second layer.
+GRADED_TEXT_SHOWN = 300
 _NOT_PLAIN = re.compile(r"[^\x20-\x7e\n]+")
 _ENCODED_RUN = re.compile(r"[A-Za-z0-9+/=_-]{33,}|(?:[-+]?[0-9][0-9.eE+-]*[,;\s|x:]*){6,}")
 

@@ -110,10 +110,15 @@ class WorkerLink:
         if isinstance(used, list) and used and not (
                 isinstance(mro, list) and "ForbiddenAPIError" in mro):
             # Reported even when student code caught the ForbiddenAPIError.
-            names = ", ".join(sorted({str(u)[:200] for u in used}))
-            raise StudentError(kind="forbidden", lab=lab, type_name="ForbiddenAPIError",
-                               mro=("ForbiddenAPIError",), stdout=self.last_stdout,
-                               message=f"{lab} may not use {names} (see the lab's rules)")
+            # Named only from the rubric's list: the words are the grader's, shown whole.
+            names = ", ".join(sorted({str(u) for u in used}
+                                     & set(self.forbidden.get(lab, ())))) or \
+                "an API of its forbidden list"
+            error = StudentError(kind="forbidden", lab=lab, type_name="ForbiddenAPIError",
+                                 mro=("ForbiddenAPIError",), stdout=self.last_stdout,
+                                 message=f"{lab} may not use {names} (see the lab's rules)")
+            error.grader_words = True
+            raise error
         if "error" in reply and isinstance(reply["error"], dict):
             error = _error_from_reply(reply["error"], lab, self.last_stdout)
             error.note = self._imported_lab_note(lab, error.where)
