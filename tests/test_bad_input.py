@@ -105,8 +105,9 @@ def _replace(sub: Path, lab: str, make) -> None:
 
 
 CASES = {
-    "non_utf8": (lambda p: p.write_bytes(b"x = 1\n# caf\xe9\n"), "error",
-                 ["lab1_attention.py:2", "not UTF-8", "0xe9"]),
+    # Not UTF-8 and not cp1252 either (0x81 has no character there; cp1252 is read: below).
+    "non_utf8": (lambda p: p.write_bytes(b"x = 1\n# caf\xe9 \x81\n"), "error",
+                 ["lab1_attention.py:2", "not UTF-8", "0xe9", "save the file as UTF-8"]),
     "binary": (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01\x00" + os.urandom(2000)), "error",
                ["lab1_attention.py", "binary"]),
     "empty": (lambda p: p.write_text(""), "error", ["lab1_attention.py is empty"]),
@@ -185,3 +186,86 @@ def test_nested_lab_files_are_found_with_a_note(rubric, zygote, tmp_path):
     result = grade(sub, rubric, zygote)
     assert_others_full(result)
     assert any("was found at my_work/labs/lab1_attention.py" in n for n in result.notes)
+
+
+# --------------------------------------------------------------------------------------
+# A lab file saved by a Windows editor (#40): CRLF, a UTF-8 BOM, cp1252 comments
+# --------------------------------------------------------------------------------------
+
+WINDOWS_EDITOR = Path(__file__).parent / "fixtures" / "submissions" / "ok_windows_editor"
+CP1252_LINE = b"# caf\xe9 \x93quoted\x94\r\n"
+
+
+def test_utf8_with_a_bom_and_crlf_is_kept_byte_for_byte():
+    from grader.intake.encoding import to_utf8
+    data = (WINDOWS_EDITOR / "lab2_multihead.py").read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b"\r\n" in data
+    assert to_utf8(data).data == data and to_utf8(data).note == ""
+
+
+def test_cp1252_is_read_as_cp1252_and_said_so():
+    from grader.intake.encoding import to_utf8
+    got = to_utf8(CP1252_LINE + b"x = '\x96'\r\n")
+    assert got.data.decode("utf-8") == "# caf\u00e9 \u201cquoted\u201d\r\nx = '\u2013'\r\n"
+    assert "line 1" in got.note and "cp1252" in got.note
+    # Declared cp1252 (or utf-8, wrongly): read as cp1252, and the declaration says utf-8
+    # after it, on the same line, so every reader of the file reads the same text.
+    for declared in (b"cp1252", b"windows-1252", b"utf-8"):
+        got = to_utf8(b"#!/usr/bin/env python\r\n# -*- coding: " + declared + b" -*-\r\n"
+                      + CP1252_LINE)
+        assert got.data == ("#!/usr/bin/env python\r\n# -*- coding: utf-8 -*-\r\n"
+                            "# caf\u00e9 \u201cquoted\u201d\r\n").encode("utf-8"), declared
+
+
+@pytest.mark.parametrize("data,needle", [
+    (b"# -*- coding: latin-1 -*-\n" + CP1252_LINE, "declares coding latin-1"),
+    (b"# vim: set fileencoding=koi8-r :\n" + CP1252_LINE, "declares coding koi8-r"),
+    (b"\xef\xbb\xbf" + CP1252_LINE, "after a UTF-8 byte order mark"),
+    (b"x = 1\n# \x81\x8d undefined in cp1252\n", ":2: not UTF-8 text (byte 0x81)"),
+])
+def test_no_guess_where_the_file_says_otherwise_or_cp1252_cannot_be(data, needle):
+    from grader.intake.encoding import NotUTF8, to_utf8
+    with pytest.raises(NotUTF8, match="save the file as UTF-8") as exc:
+        to_utf8(data)
+    assert needle in str(exc.value)
+
+
+def test_a_windows_editors_files_are_graded_as_the_same_code(rubric, zygote, tmp_path):
+    """`grade` (the sanitizer): cp1252 + CRLF lab 1, BOM + CRLF lab 2, full marks, a note;
+    a declared latin-1 file is refused with the reason (never guessed)."""
+    from helpers import make_submission
+    sub = make_submission("ok_windows_editor", tmp_path / "sub")
+    result = grade(sub, rubric, zygote)
+    assert_others_full(result)
+    assert [n for n in result.notes if "cp1252" in n] == [
+        n for n in result.notes if n.startswith("lab1_attention.py was not UTF-8")]
+    assert len([n for n in result.notes if "cp1252" in n]) == 1
+    data = (sub / "lab1_attention.py").read_bytes()
+    (sub / "lab1_attention.py").write_bytes(b"# coding: latin-1\r\n" + data)
+    result = grade(sub, rubric, zygote, labs=(LAB1,))
+    assert_refused(result, LAB1, "error", "lab1_attention.py:", "declares coding latin-1")
+
+
+@pytest.mark.slow
+def test_check_of_a_windows_editors_file_and_notebook_says_what_it_read(tmp_path):
+    """`grader check` of the fixture's folder, and of a notebook saved as cp1252: the same
+    code, full marks, and a note the student sees."""
+    from helpers import make_submission, run_cli
+    sub = make_submission("ok_windows_editor", tmp_path / "sub")
+    got = run_cli("check", sub, "--lab", LAB1, "--lab", LAB2, cwd=paths.KIT)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "lab1: 7/7 public tests pass" in got.stdout and "Traceback" not in got.stdout
+    assert "Note: lab1_attention.py was not UTF-8 (first at line" in got.stdout
+    source = (paths.KIT / "solutions" / f"{LAB1}.py").read_text(encoding="utf-8")
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                     "execution_count": None,
+                     "source": "# caf\u00e9 \u201cquoted\u201d\r\n" + source}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / f"{LAB1}.ipynb").write_bytes(
+        json.dumps(nb, ensure_ascii=False, indent=1).replace("\n", "\r\n").encode("cp1252"))
+    got = run_cli("check", folder / f"{LAB1}.ipynb", cwd=paths.KIT)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "lab1: 7/7 public tests pass" in got.stdout
+    assert "Note: lab1_attention.ipynb was not UTF-8" in got.stdout

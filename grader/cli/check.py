@@ -78,6 +78,8 @@ def cmd_check(args) -> int:
           + (f" ({', '.join(labs)})" if labs else ""), flush=True)
     result = grade_submission(submission, course=course, labs=labs, visibility=("public",))
     render_table(result, waited_s=waited_s())
+    for note in result.notes:   # a file found elsewhere, re-encoded, a notebook's cells left out
+        print(f"Note: {note}")
     failed = [t for lab in result.labs for t in lab.tests if not (t.passed or t.deferred)]
     deferred = [t for lab in result.labs for t in lab.tests if t.deferred]
     if failed:

@@ -1,7 +1,8 @@
 """Intake: what a student handed in (a folder, one file, a zip, a notebook) -> clean lab sources.
 
 ``sanitize`` copies only the rubric's lab files out of a submission (regular files, no
-links, size-capped, UTF-8; a ``labN_x.ipynb`` where the ``.py`` is missing gives the code
+links, size-capped, UTF-8 (a Windows editor's cp1252 re-encoded,
+``grader.intake.encoding``); a ``labN_x.ipynb`` where the ``.py`` is missing gives the code
 extracted from the notebook) and says, per lab, why it cannot be graded: a typed
 ``Problem``, never message text to search; a missing lab's message names a near-miss file
 (``lab1_attention (1).py``: "did you mean lab1_attention.py?", ``grader.intake.names``).
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.errors import NotebookError, SubmissionError
+from grader.intake.encoding import NotUTF8, to_utf8
 from grader.intake.names import submission_files, suggestion
 from grader.intake.notebook import lab_source_from_notebook, read_regular_file
 from grader.results import LabStatus
@@ -150,12 +152,14 @@ def sanitize(submission: Path, rubric: Rubric, labs: list[str], *,
             out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is a binary file, not Python source")
             continue
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = data[: exc.start].count(b"\n") + 1
-            out.problems[lab] = Problem(LabStatus.ERROR, (f"{rel}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
-                                 "save the file as UTF-8"))
+            converted = to_utf8(data)
+        except NotUTF8 as exc:
+            out.problems[lab] = Problem(LabStatus.ERROR, f"{rel}{exc}")
             continue
+        if converted.note:      # a Windows editor's cp1252: graded as the same code
+            data = converted.data
+            out.notes.append(f"{rel} {converted.note}")
+        text = data.decode("utf-8")
         if not data.strip():
             out.problems[lab] = Problem(LabStatus.ERROR, f"{rel} is empty")
             continue

@@ -41,6 +41,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from grader.errors import NotebookError
+from grader.intake.encoding import NotUTF8, to_utf8
 
 __all__ = [
     "Cell",
@@ -602,6 +603,15 @@ def lab_source_from_notebook(path: Path, *, rel: str | Path, lab_file: str,
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise NotebookError(f"{rel} {reason}") from None
-    cells = parse_notebook(data, name=rel)
-    return extract_lab_source(cells, name=rel, prelude=given_imports(lab_file, solutions_dir),
-                              forbidden=forbidden)
+    # A notebook edited in a Windows editor: its cp1252 read as the sanitizer reads a .py's
+    # (grader.intake.encoding); anything else not UTF-8 is parse_notebook's to refuse.
+    try:
+        converted = to_utf8(data)
+    except NotUTF8:
+        converted = None
+    cells = parse_notebook(converted.data if converted else data, name=rel)
+    got = extract_lab_source(cells, name=rel, prelude=given_imports(lab_file, solutions_dir),
+                             forbidden=forbidden)
+    if converted and converted.note:
+        got.notes.insert(0, f"{rel} {converted.note}")
+    return got
