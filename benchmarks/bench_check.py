@@ -5,6 +5,12 @@
     .venv/bin/python benchmarks/bench_check.py --cases buggy --repeat 9 --json figures.json
 
     .venv/bin/python benchmarks/bench_check.py --cases each-lab --repeat 1   # one-lab checks
+    .venv/bin/python benchmarks/bench_check.py --cases lab1_attention --backends portable
+
+Backends (``--backends``, default both, side by side in one run): ``jail``, the default
+sandbox (GRADER_SANDBOX_MODE unset), and ``portable`` (GRADER_SANDBOX_MODE=portable: what
+macOS and Windows run, #40; its goal: a one-lab check of labs 1-7 in at most 5 s wall on a
+quiet machine). Each case runs on each backend in turn, within one round.
 
 Cases (the public suites, as a student runs them):
 
@@ -52,6 +58,16 @@ ROOT = Path(__file__).resolve().parent.parent
 LABS = tuple(sorted(p.stem for p in (ROOT / "solutions").glob("lab*.py")))
 CASES = ("solutions", "stubs", "buggy", *LABS)
 BUGGY = ROOT / "tests" / "fixtures" / "submissions" / "bug_softmax_dim"
+BACKENDS = ("jail", "portable")
+PORTABLE_GOAL_S = 5.0       # a cold one-lab check, labs 1-7, quiet machine (#40)
+
+
+def backend_env(backend: str) -> dict[str, str]:
+    """The environment of a run on ``backend``: the jail is the default (no variable)."""
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SANDBOX_MODE"}
+    if backend == "portable":
+        env["GRADER_SANDBOX_MODE"] = "portable"
+    return env
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,22 +96,22 @@ def grader_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "grader.cli"]
 
 
-def run_plain(args: list[str]) -> tuple[float, int, str]:
+def run_plain(args: list[str], backend: str = "jail") -> tuple[float, int, str]:
     """One cold ``grader check ARGS``: (wall seconds, exit status, stdout)."""
     t0 = time.perf_counter()
     proc = subprocess.run([*grader_command(), "check", *args], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True, cwd=ROOT, env=backend_env(backend))
     return time.perf_counter() - t0, proc.returncode, proc.stdout + proc.stderr
 
 
-def run_timed(args: list[str], tmp: Path) -> tuple[float, int, dict]:
+def run_timed(args: list[str], tmp: Path, backend: str = "jail") -> tuple[float, int, dict]:
     """One cold ``grader check ARGS`` through ``--child``: (wall, status, timeline)."""
     out = tmp / "timeline.json"
     t0_wall = time.time()
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args), "--t0",
                            repr(t0_wall), "--timeline", str(out)], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True, cwd=ROOT, env=backend_env(backend))
     wall = time.perf_counter() - t0
     timeline = json.loads(out.read_text()) if out.is_file() else {}
     out.unlink(missing_ok=True)
@@ -157,6 +173,9 @@ def main() -> int:
                         help=f"comma-separated, of {', '.join(CASES)}, each-lab")
     parser.add_argument("--labs", help="comma-separated: the solutions, stubs and buggy cases "
                                        "check only these labs (default: every lab)")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help="comma-separated, of jail (the default sandbox), portable "
+                             "(GRADER_SANDBOX_MODE=portable); default both, side by side")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
@@ -173,48 +192,81 @@ def main() -> int:
     for lab in labs:
         if lab not in LABS:
             parser.error(f"unknown lab {lab!r}")
+    backends = [b for b in args.backends.split(",") if b]
+    for b in backends:
+        if b not in BACKENDS:
+            parser.error(f"unknown backend {b!r}")
     breakdown = min(args.repeat, 3) if args.breakdown is None else args.breakdown
     load_start = os.getloadavg()
-    print(f"grader check, cold, {args.repeat} run(s) per case, {os.cpu_count()} CPUs; "
+    print(f"grader check, cold, {args.repeat} run(s) per case and backend "
+          f"({', '.join(backends)}), {os.cpu_count()} CPUs; "
           f"load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}",
           flush=True)
-    figures: dict = {"repeat": args.repeat, "load_start": load_start, "cases": {}}
+    # "cases": the first backend's (the jail's by default); "backends": every backend's.
+    figures: dict = {"repeat": args.repeat, "load_start": load_start, "cases": {},
+                     "backends": {b: {"cases": {}} for b in backends}}
     with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp_name:
         tmp = Path(tmp_name)
         folders = case_folders(tmp)
-        walls: dict[str, list[float]] = {c: [] for c in cases}
+        walls: dict[tuple[str, str], list[float]] = {(b, c): [] for b in backends for c in cases}
         for _ in range(args.repeat):
             for case in cases:
-                wall, rc, text = run_plain(check_args(case, folders[case], labs))
-                check_output(case, rc, text)
-                walls[case].append(wall)
-        timelines: dict[str, list[dict]] = {c: [] for c in cases}
+                for b in backends:
+                    wall, rc, text = run_plain(check_args(case, folders[case], labs), b)
+                    check_output(case, rc, text)
+                    walls[b, case].append(wall)
+        timelines: dict[tuple[str, str], list[dict]] = {k: [] for k in walls}
         for _ in range(breakdown):
             for case in cases:
-                _, rc, timeline = run_timed(check_args(case, folders[case], labs), tmp)
-                check_output(case, rc, "Total:" if timeline.get("output_end") else "")
-                timelines[case].append(timeline)
+                for b in backends:
+                    _, rc, timeline = run_timed(check_args(case, folders[case], labs), tmp, b)
+                    check_output(case, rc, "Total:" if timeline.get("output_end") else "")
+                    timelines[b, case].append(timeline)
     load_end = os.getloadavg()
     figures["load_end"] = load_end
     width = max(10, *(len(c) for c in cases))
-    print(f"\n{'case':<{width}} {'median':>8} {'min':>8} {'max':>8}   runs (s)")
+    # Side by side: per backend the median, min and max wall seconds of the case's runs.
+    print(f"\n{'case':<{width}} " + " ".join(f"{b + ' median':>16} {'min':>6} {'max':>6}"
+                                            for b in backends)
+          + ("   portable/jail" if backends == list(BACKENDS) else "") + "   runs (s)")
     for case in cases:
-        w = walls[case]
-        print(f"{case:<{width}} {statistics.median(w):8.2f} {min(w):8.2f} {max(w):8.2f}   "
-              + " ".join(f"{x:.2f}" for x in w))
-        figures["cases"][case] = {"median_s": statistics.median(w), "min_s": min(w),
-                                  "max_s": max(w), "runs_s": w}
-    for case in cases:
-        if not timelines[case]:
-            continue
-        t = median_timeline(timelines[case])
-        figures["cases"][case]["timeline"] = t
-        print(f"\n{case}: where the time goes (median of {len(timelines[case])} timed run(s); "
-              "seconds since the subprocess started; phases overlap)")
-        print(f"  {'phase':<14}{'start':>7}{'end':>7}{'took':>7}  what")
-        for name, start, end, note in phases(t):
-            took = None if start is None or end is None else end - start
-            print(f"  {name:<14}{fmt(start)} {fmt(end)} {fmt(took)}  {note}")
+        row = f"{case:<{width}} "
+        for b in backends:
+            w = walls[b, case]
+            row += f"{statistics.median(w):16.2f} {min(w):6.2f} {max(w):6.2f} "
+            fig = {"median_s": statistics.median(w), "min_s": min(w), "max_s": max(w),
+                   "runs_s": w}
+            figures["backends"][b]["cases"][case] = fig
+            if b == backends[0]:
+                figures["cases"][case] = fig
+        if backends == list(BACKENDS):
+            ratio = statistics.median(walls["portable", case]) / statistics.median(
+                walls["jail", case])
+            row += f"  {ratio:13.2f}x"
+        print(row + "   " + " | ".join(" ".join(f"{x:.2f}" for x in walls[b, case])
+                                       for b in backends))
+    if "portable" in backends:
+        one_lab = [c for c in cases if c in LABS and c != "lab8_train_transformer"]
+        over = [c for c in one_lab
+                if statistics.median(walls["portable", c]) > PORTABLE_GOAL_S]
+        if one_lab:
+            print(f"portable one-lab checks (labs 1-7) over {PORTABLE_GOAL_S:g} s wall: "
+                  + (", ".join(over) if over else "none")
+                  + f" (load average now {os.getloadavg()[0]:.2f}; the goal is for a quiet "
+                    "machine)")
+    for b in backends:
+        for case in cases:
+            if not timelines[b, case]:
+                continue
+            t = median_timeline(timelines[b, case])
+            figures["backends"][b]["cases"][case]["timeline"] = t
+            label = case if b == backends[0] else f"{case} ({b})"
+            print(f"\n{label}: where the time goes (median of {len(timelines[b, case])} timed "
+                  "run(s); seconds since the subprocess started; phases overlap)")
+            print(f"  {'phase':<14}{'start':>7}{'end':>7}{'took':>7}  what")
+            for name, start, end, note in phases(t):
+                took = None if start is None or end is None else end - start
+                print(f"  {name:<14}{fmt(start)} {fmt(end)} {fmt(took)}  {note}")
     print(f"\nload average at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))

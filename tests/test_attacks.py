@@ -153,7 +153,9 @@ def secret_lines() -> list[str]:
     for f in [*(paths.SUITES / "public").glob("*.py"), *paths.SUITES.glob("*.py"),
               *(paths.KIT / "exercises").glob("*.py"), *SUBMISSIONS.glob("*/*.py"),
               *ATTACKS.glob("*/*.py")]:
-        public.update(line.strip() for line in f.read_text().splitlines())
+        # (errors="replace": ok_windows_editor's lab 1 is cp1252 on purpose)
+        public.update(line.strip() for line in
+                      f.read_text(encoding="utf-8", errors="replace").splitlines())
     public.update(line.strip() for line in REAL_LAB1.splitlines())
     secret = []
     for f in (paths.SUITES / "hidden").glob("*.py"):

@@ -130,7 +130,7 @@ def test_bench_check_runs_grader_check_cold_and_prints_its_figures(tmp_path):
     figures = tmp_path / "figures.json"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_check.py"), "--repeat", "1",
                            "--breakdown", "1", "--cases", "solutions,stubs,buggy",
-                           "--labs", "lab1_attention,lab2_multihead",
+                           "--labs", "lab1_attention,lab2_multihead", "--backends", "jail",
                            "--json", str(figures)],
                           # a hang guard, not a speed limit: six cold `grader check` runs
                           # took 93 s at load 6, and scale with the load
@@ -183,6 +183,16 @@ def test_bench_check_covers_a_one_lab_check_of_every_lab(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(figures.read_text())["cases"]["lab3_positional"]
     assert got["median_s"] > 0 and got["timeline"]["output_end"] > got["timeline"]["tests_end"]
+    # Both backends, side by side in one run (#40): the jail by default, then portable.
+    by_backend = json.loads(figures.read_text())["backends"]
+    assert list(by_backend) == ["jail", "portable"]
+    assert by_backend["jail"]["cases"]["lab3_positional"] == got
+    portable = by_backend["portable"]["cases"]["lab3_positional"]
+    assert portable["median_s"] > 0 and portable["timeline"]["output_end"] > 0
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("case "))
+    assert "jail median" in header and "portable median" in header and "portable/jail" in header
+    assert "lab3_positional (portable): where the time goes" in proc.stdout
+    assert "portable one-lab checks (labs 1-7) over 5 s wall:" in proc.stdout
 
 
 # ------------------------------------------------------------------------- per lab (#31)

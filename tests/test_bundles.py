@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -84,7 +85,8 @@ def test_release_holds_what_check_needs_and_no_hidden_suite_or_solution(release)
     assert not [p for p in release.rglob("*") if p.name == SECRET_FILE or (
         p.is_file() and secret in p.read_bytes())]
     assert not list(release.rglob("__pycache__")) and not list(release.rglob("*.pyc"))
-    assert not (release / ".github").exists()  # the Classroom workflow is opt-in
+    # The Classroom workflow is opt-in; the three-OS check always ships.
+    assert [p.name for p in (release / ".github" / "workflows").iterdir()] == ["check.yml"]
 
 
 def test_release_rubric_lists_only_public_tests_and_their_points(release):
@@ -200,6 +202,74 @@ def test_release_classroom_workflow_fetches_the_grader_from_a_secret(tmp_path):
     assert reporter["uses"].startswith("classroom-resources/autograding-grading-reporter")
     assert reporter["with"]["runners"] == "labs"
     assert reporter["env"]["LABS_RESULTS"] == "${{ steps.labs.outputs.result }}"
+
+
+def test_release_ships_a_check_workflow_for_linux_macos_and_windows(release):
+    """.github/workflows/check.yml (#40): a matrix of the three OSes, Python 3.11, the kit
+    installed as the README says, and `grader check` run with arguments the CLI takes, in
+    bash everywhere; the stubs' exit 1 without a traceback is a success, exit 2 is not."""
+    import shlex
+
+    from grader.cli import build_parser
+
+    text = (release / ".github" / "workflows" / "check.yml").read_text(encoding="utf-8")
+    workflow = yaml.safe_load(text)
+    assert "push" in workflow.get("on", workflow.get(True))     # YAML 1.1 reads on: as True
+    (job,) = workflow["jobs"].values()
+    matrix = job["strategy"]["matrix"]
+    assert set(matrix["os"]) == {"ubuntu-latest", "macos-latest", "windows-latest"}
+    assert job["runs-on"] == "${{ matrix.os }}" and job["strategy"]["fail-fast"] is False
+    assert job["defaults"]["run"]["shell"] == "bash"
+    steps = job["steps"]
+    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert setup["with"]["python-version"] == "3.11"
+    runs = [s["run"] for s in steps if "run" in s]
+    assert all("shell" not in s or s["shell"] == "bash" for s in steps)
+    install = next(r for r in runs if "pip install" in r)
+    assert "-e ." in install and "torch" not in install        # the pyproject pins torch
+    assert "torch==2.13.0" in (release / "pyproject.toml").read_text()
+    assert not re.search(r"https?://|pypi|pytorch\.org", text)  # no registry host written in
+    commands = [shlex.split(line.split("|")[0].strip()) for r in runs for line in r.splitlines()
+                if line.strip().startswith("grader ")]
+    assert [c[:2] for c in commands] == [["grader", "--version"], ["grader", "check"]]
+    parser = build_parser()
+    for command in commands:
+        argv = [a for a in command[1:] if a != "2>&1"]
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:                   # --version prints and exits 0; a bad
+            assert exc.code == 0, command           # argument exits 2
+        paths_named = [a for a in argv[1:] if not a.startswith("-")]
+        assert all((release / a).exists() for a in paths_named), paths_named
+    check = next(r for r in runs if "grader check" in r)
+    # What the step accepts, run in bash with a stand-in `grader`: a check that printed its
+    # lab summaries and exited 0 or 1 (the stubs fail), never a traceback or exit 2.
+    for printed, status, ok in [("lab1: 0/7 public tests pass", 1, True),
+                                ("lab1: 7/7 public tests pass", 0, True),
+                                ("error: no such lab", 2, False),
+                                ("Traceback (most recent call last):\nlab1: 0/7", 1, False),
+                                ("", 1, False)]:
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = Path(tmp) / "grader"
+            fake.write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(printed)}\nexit {status}\n")
+            fake.chmod(0o755)
+            # As Actions runs a `shell: bash` step.
+            got = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                                  check], cwd=tmp, capture_output=True, text=True,
+                                 env={**os.environ, "PATH": f"{tmp}:{os.environ['PATH']}"})
+        assert (got.returncode == 0) == ok, (printed, status, got.stdout, got.stderr)
+    # The README gives each OS's set-up and check lines, and what differs off Linux.
+    readme = " ".join((release / "README.md").read_text(encoding="utf-8").split())
+    for line in ("python3 -m venv .venv", ".venv/bin/pip install -e .", ".venv/bin/grader check",
+                 "py -3.11 -m venv .venv", ".venv\\Scripts\\pip install -e .",
+                 ".venv\\Scripts\\grader check", "portable backend", "`later -/N`",
+                 "measured when your work is graded", "no points shown as lost",
+                 ".github/workflows/check.yml"):
+        assert line in readme, line
+    kit_readme = " ".join((paths.KIT / "README.md").read_text(encoding="utf-8").split())
+    for line in (".venv/bin/grader check", "py -3.11 -m venv .venv",
+                 ".venv\\Scripts\\grader check", "measured when your work is graded"):
+        assert line in kit_readme, line
 
 
 def test_grader_check_runs_from_the_unpacked_bundle(release, tmp_path):

@@ -40,6 +40,7 @@ SKIP_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 MIN_SECRET_LINE = 12            # shorter lines are too generic to call a leak (as grader.authoring.stubs)
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same course gives the same zip
 EXECUTABLES = {"setup.sh", "run_autograder"}
+CHECK_WORKFLOW = "check.yml"       # the release's `grader check` on three OSes
 
 
 # --------------------------------------------------------------------------------------
@@ -376,6 +377,9 @@ def build_release(out: str | Path, course: Course, *, package: Path = paths.PACK
         _write(staging / "requirements.txt", "".join(f"{d}\n" for d in deps))
         _write(staging / "README.md", _student_readme(rubric, title))
         _write(staging / ".gitignore", ".venv/\n__pycache__/\n*.egg-info/\n")
+        # `grader check` on Linux, macOS and Windows, pushed as it is (always: it grades
+        # nothing, it shows that a student's set-up works on each OS).
+        _copy(TEMPLATES / CHECK_WORKFLOW, staging / ".github" / "workflows" / CHECK_WORKFLOW)
         if classroom_workflow:
             _copy(TEMPLATES / "classroom.yml", staging / ".github" / "workflows" / "classroom.yml")
         leaks = find_leaks(staging, course_secrets(course, package / "suites"))
