@@ -154,6 +154,27 @@ def test_the_portable_backend_agrees_with_the_jail_test_by_test(rubric, zygote, 
     assert len(submissions) > 40
 
 
+LAB8 = "lab8_train_transformer"
+LAB8_BUG_FILES = [name for name in BUG_FILES if name.startswith("bug_lab8_")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LAB8_BUG_FILES)
+def test_the_backends_agree_on_lab8s_bug_files(name, rubric, zygote, tmp_path):
+    """Lab 8's bug files, one per test (each trains on both backends, ~13 s apiece):
+    the same pass/fail, points, message and diagnosis as in the jail."""
+    folder = make_submission(name, tmp_path / name)
+    portable_zygote, portable = _portable_grader(rubric)
+    try:
+        with Grader(Course(paths.KIT, rubric), zygote=zygote, visibility=PUBLIC) as jail:
+            want = _outcomes(jail.grade(folder, labs=[LAB8]), rubric)
+        got = _outcomes(portable.grade(folder, labs=[LAB8]), rubric)
+    finally:
+        portable.close()
+        portable_zygote.close()
+    assert got == want and len(want) >= 4      # every public test of lab 8, compared
+
+
 @pytest.mark.slow
 def test_a_hang_costs_one_test_and_a_fresh_worker_serves_the_next(rubric, tmp_path):
     """A worker that never answers is killed at the time limit; the next test's worker is
