@@ -3,6 +3,7 @@ each measured call used, each test's time, and whether it passed.
 
     .venv/bin/python benchmarks/bench_resource_tests.py                # the default set
     .venv/bin/python benchmarks/bench_resource_tests.py ok_lab6_unfold
+    .venv/bin/python benchmarks/bench_resource_tests.py --lab5 solutions   # lab 5's only
 
 Each submission is graded as ``grader grade`` grades it (labs 5 and 6 only); every
 ``student.measure`` call is recorded in the grading process: the test, the length of its
@@ -60,6 +61,8 @@ def _submission(name: str) -> Path:
 
 
 def main(names: list[str]) -> None:
+    labs = [lab for lab in RESOURCE_TESTS if f"--{lab[:4]}" in names] or list(RESOURCE_TESTS)
+    names = [n for n in names if not n.startswith("--")] or DEFAULT
     print("load:", Path("/proc/loadavg").read_text().strip())
     records = []
     original = student_mod.Session.measure
@@ -78,9 +81,10 @@ def main(names: list[str]) -> None:
         for name in names:
             sub = _submission(name)
             records.clear()
-            result = grade(sub, rubric=rubric, zygote=zygote, labs=list(RESOURCE_TESTS))
+            result = grade(sub, rubric=rubric, zygote=zygote, labs=labs)
             print(f"\n== {name}")
-            for lab, tests in RESOURCE_TESTS.items():
+            for lab in labs:
+                tests = RESOURCE_TESTS[lab]
                 for t in result.lab(lab).tests:
                     if t.name not in tests:
                         continue
@@ -95,4 +99,4 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or DEFAULT)
+    main(sys.argv[1:])

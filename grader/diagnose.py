@@ -101,7 +101,8 @@ def examine_candidates(*, lab: str, test: str, exc: BaseException, calls: list, 
     if not hidden and budget is not None:   # no reference needed: in a release too
         try:
             curve = (loss_picture(calls) if budget.cpu_s is not None
-                     else resource_picture(calls, memory=budget.memory_mb is not None))
+                     else resource_picture(calls, memory=budget.memory_mb is not None
+                                                     or budget.memory_factor is not None))
         except Exception:  # noqa: BLE001
             curve = None
     try:

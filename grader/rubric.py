@@ -55,7 +55,7 @@ OUTPUT_MODES = ("group", "private")
 DEFAULTS_KEYS = ("time_limit_s", "tolerance")
 LAB_KEYS = ("title", "file", "tolerance", "time_limit_s", "forbidden", "exports", "tests")
 TEST_KEYS = ("points", "visibility", "tolerance", "time_limit_s", "budget")
-BUDGET_KEYS = ("memory_mb", "work_ratio", "reference_ratio", "cpu_s", "why")
+BUDGET_KEYS = ("memory_mb", "memory_factor", "work_ratio", "reference_ratio", "cpu_s", "why")
 TOLERANCE_KEYS = ("atol", "rtol", "why")
 
 
@@ -78,8 +78,12 @@ class Budget:
     CPU time may grow when the test's input size grows by its stated factor;
     ``reference_ratio``, how many times the CPU time of the course's reference on the same
     input, measured beside it in a worker like the student's, a call may take; ``cpu_s``,
-    the CPU seconds a call may take on one thread (lab 8's ``train(seed, budget_s)``)."""
+    the CPU seconds a call may take on one thread (lab 8's ``train(seed, budget_s)``);
+    ``memory_factor``, how many 8-byte numbers a call may hold per element of the size the
+    test's O(...) states (e.g. L * window * d): the test derives its budget in MB from it
+    for the shapes it uses, at each size it measures, and for the growth between them."""
     memory_mb: float | None = None
+    memory_factor: float | None = None
     work_ratio: float | None = None
     why: str | None = None
     cpu_s: float | None = None
@@ -366,24 +370,25 @@ class _Validator:
 
     def budget(self, node: yaml.Node, keypath: str, *, owner_line: int) -> Budget | None:
         entries = self.mapping(node, keypath, allowed=BUDGET_KEYS,
-                               what="a mapping {memory_mb: ..., work_ratio: ..., "
+                               what="a mapping {memory_mb: ..., memory_factor: ..., work_ratio: ..., "
                                     "reference_ratio: ..., cpu_s: ..., why: ...}")
         if entries is None:
             return None
         n_errors = self.n_errors()
         values: dict[str, float | None] = {}
-        for key in ("memory_mb", "work_ratio", "reference_ratio", "cpu_s"):
+        for key in ("memory_mb", "memory_factor", "work_ratio", "reference_ratio", "cpu_s"):
             if key in entries:
                 values[key] = self.number(entries[key][1], f"{keypath}.{key}", positive=True)
         if not values and self.n_errors() == n_errors:
-            self.error(owner_line, keypath, "expected memory_mb, work_ratio, reference_ratio "
-                       "and/or cpu_s")
+            self.error(owner_line, keypath, "expected memory_mb, memory_factor, work_ratio, "
+                       "reference_ratio and/or cpu_s")
         why = None
         if self.require(entries, "why", owner_line, keypath, "a non-empty string"):
             why = self.string(entries["why"][1], f"{keypath}.why", expected="a non-empty string")
         if self.n_errors() != n_errors:
             return None
-        return Budget(memory_mb=values.get("memory_mb"), work_ratio=values.get("work_ratio"),
+        return Budget(memory_mb=values.get("memory_mb"), memory_factor=values.get("memory_factor"),
+                      work_ratio=values.get("work_ratio"),
                       cpu_s=values.get("cpu_s"), why=why,
                       reference_ratio=values.get("reference_ratio"))
 

@@ -38,7 +38,7 @@ def _with_attack(name: str, dest):
 
 def test_a_later_lab_cannot_be_imported_and_the_message_says_what_can(rubric, zygote,
                                                                      tmp_path):
-    """Lab 3 returning lab 8's given sinusoidal_table: no points, and the import error
+    """Lab 3 importing from lab 8 (a later lab): no points, and the import error
     names the later lab and the names lab 3 may import."""
     submission = _with_attack("atk_later_lab_given_code", tmp_path / "s")
     lab3 = grade(submission, rubric=rubric, zygote=zygote,

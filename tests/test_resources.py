@@ -237,7 +237,7 @@ def test_rubric_budget_is_read_and_checked(tmp_path):
     for entry, problem in (
             ('{points: 2, visibility: public, budget: {memory_mb: 32}}', "budget.why: missing"),
             ('{points: 2, visibility: public, budget: {why: "x"}}',
-             "expected memory_mb, work_ratio, reference_ratio and/or cpu_s"),
+             "expected memory_mb, memory_factor, work_ratio, reference_ratio and/or cpu_s"),
             ('{points: 2, visibility: public, budget: {memory_mb: -1, why: "x"}}',
              "budget.memory_mb"),
             ('{points: 2, visibility: public, budget: {memroy_mb: 3, why: "x"}}', "memroy_mb")):

@@ -251,7 +251,9 @@ def assert_true(condition: bool, message: str, *, hidden: str | None = None) -> 
 MIB = 1 << 20
 
 
-def _one_process(m, name: str) -> None:
+def assert_one_process(m, name: str) -> None:
+    """``m`` (a ``student.measure`` result) was computed in the student's own worker alone:
+    its figures are the call's."""
     assert_true(not m.other_processes,
                 f"{name}: another process did part of the work, so what the call used could "
                 "not be measured; do the computation in your function's own process")
@@ -291,7 +293,7 @@ def assert_memory_within(m, budget, *, name: str, big_bytes: int = 0,
     (``charged_memory``). ``big_bytes``/``big_what``: the smallest tensor the test looks
     for (e.g. the (Lq, Lk) score matrix), for the allowance and the message, which says
     only what one figure shows: as much was held, not which tensor it was."""
-    _one_process(m, name)
+    assert_one_process(m, name)
     limit = budget.memory_mb * MIB
     peak, kept, allowance = charged_memory(m, big_bytes or 2 * limit, limit)
     if peak <= limit:
@@ -308,19 +310,24 @@ def assert_memory_within(m, budget, *, name: str, big_bytes: int = 0,
 
 
 def assert_work_grows_within(small, large, budget, *, name: str, factor: int,
-                             linear: str = "linear") -> None:
+                             linear: str = "linear work",
+                             quadratic: str = "quadratic work", size: str = "the length",
+                             cause: str = "Something grows with the square of the length: "
+                                          "an (L, L) product?") -> None:
     """The CPU time of ``large`` (input ``factor`` times larger) is at most
     ``budget.work_ratio`` times that of ``small`` (two ``student.measure`` results: the
-    same kind of worker, so the machine's speed cancels out)."""
-    _one_process(small, name)
-    _one_process(large, name)
+    same kind of worker, so the machine's speed cancels out, and a cost per call only
+    lowers the ratio). ``linear``/``quadratic``: what grows ``factor``x and ``factor**2``x,
+    ``size``: what grew, ``cause``: the message's last sentence, for the test's lesson."""
+    assert_one_process(small, name)
+    assert_one_process(large, name)
     ratio = large.cpu_s / max(small.cpu_s, 1e-4)
     assert_true(
         ratio <= budget.work_ratio,
-        f"{name}: {factor}x the length took {ratio:.1f}x the CPU time ({small.cpu_s * 1e3:.0f} "
-        f"ms -> {large.cpu_s * 1e3:.0f} ms); {linear} work would take about {factor}x, "
-        f"quadratic about {factor * factor}x (allowed: {budget.work_ratio:g}x). Something "
-        "grows with the square of the length: an (L, L) product?")
+        f"{name}: {factor}x {size} took {ratio:.1f}x the CPU time ({small.cpu_s * 1e3:.0f} "
+        f"ms -> {large.cpu_s * 1e3:.0f} ms, measured by the grader); {linear} would take "
+        f"about {factor}x, {quadratic} up to {factor * factor}x (allowed: "
+        f"{budget.work_ratio:g}x). {cause}")
 
 
 def _growth_words(small: tuple, large: tuple, what: str) -> tuple[str, str]:
@@ -355,7 +362,7 @@ def assert_memory_series_within(series, budget, *, name: str, big=None) -> None:
     the tensor the test looks for (e.g. the (L, L) score matrix), for the allowance and the
     message, which names it only where the figures show it (their growth, its size)."""
     for _, m in series:
-        _one_process(m, name)
+        assert_one_process(m, name)
     longest = series[-1][0]
     limits = {n: budget.memory_mb * MIB * n / longest for n, _ in series}
     charged = {}
@@ -388,12 +395,55 @@ def assert_memory_series_within(series, budget, *, name: str, big=None) -> None:
         raise Mismatch(text + ". Keep only one block of it at a time.")
 
 
+def assert_memory_grows_as(series, budget, *, name: str, elements, o_text: str,
+                           big) -> None:
+    """``series``: [(length, ``student.measure`` result)] at two lengths, shortest first;
+    memory O(``o_text``), ``elements(length)`` elements of it at a length. Judged by how
+    the peak above the inputs grows: from the shorter to the longer length it may rise by
+    at most ``budget.memory_factor`` 8-byte numbers per element the O(...) adds (the budget
+    in MB derived from the O(...) for the test's shapes, in float64, any dtype inside it),
+    and at the shorter length hold at most as many per element it has (nothing of fixed
+    size hides a growth there). Memory kept from a warm-up counts beyond what the test
+    forgives (``charged_memory``). ``big(length)`` -> (bytes, words): the tensor the test
+    looks for (the (L, L) score matrix). The message gives the one reason the figures show."""
+    for _, m in series:
+        assert_one_process(m, name)
+    (n0, m0), (n1, m1) = series[0], series[-1]
+    per = budget.memory_factor * 8
+    limit0, limit1 = per * elements(n0), per * elements(n1)
+    peak0, kept0, allow0 = charged_memory(m0, big(n0)[0], limit0)
+    peak1, kept1, allow1 = charged_memory(m1, big(n1)[0], limit1)
+    figures = (f"peak memory above the inputs L={n0}: {peak0 / MIB:.1f} MB, L={n1}: "
+               f"{peak1 / MIB:.1f} MB (measured by the grader in a fresh worker each, after "
+               "a warm-up call on other inputs of the same shapes)"
+               f"{_kept_words(kept0, allow0) or _kept_words(kept1, allow1)}")
+    grew, allowed_rise = peak1 - peak0, limit1 - limit0
+    if grew > allowed_rise:
+        (b0, words0), (b1, words1) = big(n0), big(n1)
+        text = (f"{name}: {figures}: it rose by {grew / MIB:.1f} MB from L={n0} to L={n1}, "
+                f"more than O({o_text}) allows for the {n1 - n0} positions more: "
+                f"{allowed_rise / MIB:.1f} MB ({budget.memory_factor:g} float64 numbers "
+                f"per element)")
+        if grew >= 0.5 * (b1 - b0):
+            text += (f"; {words1} alone is {(b1 - b0) / MIB:.0f} MB more than {words0}: "
+                     "the memory grew as it does, with the square of the length")
+        raise Mismatch(text + ". Hold only each query's window of keys (or one block of "
+                       "queries and its keys) at a time.")
+    if peak0 > limit0:
+        raise Mismatch(
+            f"{name}: {figures}: at L={n0} already over the {limit0 / MIB:.1f} MB that "
+            f"O({o_text}) allows there ({budget.memory_factor:g} float64 numbers per "
+            f"element), though it grew no faster than that to L={n1}: something of fixed "
+            "size, held at every length (a buffer, a table, copies of the inputs)"
+            f"{_inputs_words(m0)}.")
+
+
 def assert_work_within_reference(m, ref, budget, *, name: str, at: str) -> None:
     """The CPU time of ``m`` is at most ``budget.reference_ratio`` times that of ``ref``,
     the course's reference on the same input measured in a worker like the student's,
     beside it (``student.measure(..., reference=True)``): the same machine, load and
     limits, and nothing the student's code does at another size moves the yardstick."""
-    _one_process(m, name)
+    assert_one_process(m, name)
     ratio = m.cpu_s / max(ref.cpu_s, 1e-3)
     assert_true(
         ratio <= budget.reference_ratio,

@@ -5,7 +5,12 @@ layer, greedy generation in a batch, max_len errors, dropout, float64 and gradie
 import torch
 import pytest  # noqa: F401
 
-from grader.engine.compare import assert_close, assert_true, assert_work_within_reference
+from grader.engine.compare import (
+    assert_close,
+    assert_true,
+    assert_one_process,
+    assert_work_within_reference,
+)
 from grader.suites._inputs import (
     decoder_cache_reference,
     decoder_layer_grads,
@@ -191,25 +196,54 @@ def test_layer_gradients_match_reference(student, tol, gen):
         assert_close(g.param_grads[name], grad.float(), tol=tol, name=f"gradient w.r.t. {name}")
 
 
-GEN_CFG = (64, 128, 4, 512, 2, 272)   # vocab, d_model, heads, d_ff, layers, max_len
-GEN_NEW = 256                         # new tokens
-GEN_CHECK = 16                        # new tokens of the values check before the measured run
+GEN_PROMPTS = (8, 512)               # prompt lengths of the two measured calls
+GEN_NEW = 64                          # new tokens of each measured call
+GEN_CFG = (64, 128, 4, 512, 2, GEN_PROMPTS[1] + GEN_NEW)  # vocab, d_model, heads, d_ff, layers,
+                                      # max_len: just enough for the long call
+GEN_CHECK = 16                        # new tokens of the values check before the measured runs
+GEN_WARMUP = 8                        # new tokens of each measured call's warm-up
+# With a cache the 64 steps cost about the same after either prompt; the long prompt adds one
+# parallel forward over 512 tokens (rubric: the figures). A call that decodes past what it is
+# asked (to max_len, kept for later) spends far more after the short prompt: the long call
+# must cost at least this fraction of the short one (honest code: 1.5x-2.5x it).
+GEN_LONG_AT_LEAST = 1 / 3
+
+
+def _greedy_on_own_prefix(got, logits, t0, tol):
+    """Where ``got`` (B, T0 + n) is not greedy on its own prefix: None when every new token
+    is the argmax (or within ``tol`` of it: a near-tie) of ``logits`` (B, T0 + n - 1, vocab),
+    the parallel forward over ``got`` without its last token; else (row, step, got, argmax).
+    Every token greedy on its prefix is greedy decoding (up to ties)."""
+    for row in range(got.size(0)):
+        for step in range(got.size(1) - t0):
+            row_logits = logits[row, t0 + step - 1]
+            g, e = int(got[row, t0 + step]), int(row_logits.argmax())
+            if g == e:
+                continue
+            if 0 <= g < row_logits.numel():
+                gap = float(row_logits[e] - row_logits[g])
+                if gap <= tol.atol + tol.rtol * float(row_logits[e].abs()):
+                    continue
+            return row, step, g, e
+    return None
 
 
 def test_generate_work_per_new_token(student, gen, budget, tol):
-    """generate(prompt (2, 8), 256) on a DecoderLM of d_model 128: each new token costs one
-    step over the cache (O(1) tokens through the layers), so the whole call costs about what
-    the course's reference costs on the same model and prompt, measured beside it by the
-    grader (CPU time, after a warm-up call of 256 new tokens on other weights and another
-    prompt); running the whole sequence again at every step costs ~T/2 tokens a step
-    instead. 256 tokens, so that the quadratic cost is far above every constant factor of
-    correct code (a step's calls into lab 1 cross to the course's reference and back)."""
+    """generate(prompt, 64) on a DecoderLM of d_model 128 after a prompt of 8 tokens and
+    after one of 512 (each measured by the grader from outside your code, after a warm-up
+    generate of 8 tokens on another prompt of the same shape): with a cache each new token is
+    one step over the cache, so the long prompt adds only its one parallel forward; running
+    the whole sequence again at every step (or rebuilding the cache) costs 512+ tokens a step
+    after the long prompt and 8+ after the short one. Judged by growth: a cost per call or
+    per step (Python, the relay to lab 1, a slow machine) is the same in both calls and cannot
+    make a cache fail; a constant cost large enough to hide a recompute is caught against the
+    course's reference on the long call, with a wide margin (rubric: the figures)."""
     sd = decoder_lm_weights(gen, GEN_CFG)
     prompt = random_tokens(gen, GEN_CFG[0], 2, 8)
     lm = student.module("DecoderLM", *GEN_CFG)
     lm.load_state_dict(sd)
     # The values first, on a short run: a wrong cache fails here, where finding which
-    # mistake it is replays 16 tokens, not 256.
+    # mistake it is replays 16 tokens.
     short = lm.method("generate", prompt, GEN_CHECK)
     ref_tokens, ref_logits = greedy_reference(sd, GEN_CFG, prompt, GEN_CHECK)
     assert_true(isinstance(short, torch.Tensor) and tuple(short.shape) == (2, 8 + GEN_CHECK)
@@ -220,14 +254,48 @@ def test_generate_work_per_new_token(student, gen, budget, tol):
                 "a generated token is not the argmax of the parallel forward over the same "
                 "prefix: feed only the newest token, at position = the cache's length, with "
                 "the cache the step before returned")
-    m = lm.measure("generate", prompt, GEN_NEW, warmup="alike")
-    ref = lm.measure("generate", prompt, GEN_NEW, warmup="alike", reference=True)
-    assert_true(isinstance(m.value, torch.Tensor) and tuple(m.value.shape) == (2, 8 + GEN_NEW)
-                and m.value.dtype == torch.int64,
-                f"generate(prompt (2, 8), {GEN_NEW}) must return a long tensor of shape "
-                f"(2, {8 + GEN_NEW})")
-    assert_true(torch.equal(m.value, ref.value),
-                "the generated tokens differ from greedy decoding by the course's reference "
-                "on the same weights")
-    assert_work_within_reference(m, ref, budget, name=f"generate({GEN_NEW} new tokens)",
-                                 at="d_model 128, prompt (2, 8)")
+    runs, prompts = {}, {}
+    for length in GEN_PROMPTS:
+        measured = prompts[length] = random_tokens(gen, GEN_CFG[0], 2, length)
+        warm = (random_tokens(gen, GEN_CFG[0], 2, length), GEN_WARMUP)
+        m = lm.measure("generate", measured, GEN_NEW, warmup=warm)
+        call = f"generate(prompt (2, {length}), {GEN_NEW})"
+        assert_true(isinstance(m.value, torch.Tensor)
+                    and tuple(m.value.shape) == (2, length + GEN_NEW)
+                    and m.value.dtype == torch.int64
+                    and bool(((m.value >= 0) & (m.value < GEN_CFG[0])).all()),
+                    f"{call} must return a long tensor of shape (2, {length + GEN_NEW}) of "
+                    "token ids")
+        assert_true(torch.equal(m.value[:, :length], measured),
+                    f"{call}: the first {length} tokens returned are not the prompt")
+        # Every measured token greedy on its own prefix: the course's parallel forward over
+        # the returned sequence (one call, in a reference worker: no lab code of the
+        # student's).
+        logits = lm.measure("forward", m.value[:, :-1], reference=True).value
+        assert_true(_greedy_on_own_prefix(m.value, logits.double(), length, tol) is None,
+                    f"{call}: a generated token is not the argmax of the parallel forward "
+                    "over the same prefix",
+                    hidden=f"{call} departs from greedy decoding")
+        runs[length] = m
+    (n0, m0), (n1, m1) = runs.items()
+    what = f"generate(prompt, {GEN_NEW}) (d_model 128)"
+    assert_true(m1.cpu_s >= GEN_LONG_AT_LEAST * m0.cpu_s,
+                f"{what}: after a prompt of {n0} tokens it took {m0.cpu_s * 1e3:.0f} ms, after "
+                f"one of {n1} only {m1.cpu_s * 1e3:.0f} ms (measured by the grader): the short "
+                f"call did far more work than {GEN_NEW} steps over its cache. Decode only the "
+                "tokens asked for, with a cache made in the call itself.")
+    assert_one_process(m0, what)
+    assert_one_process(m1, what)
+    ratio = m1.cpu_s / max(m0.cpu_s, 1e-4)
+    assert_true(ratio <= budget.work_ratio,
+                f"{what}: after a prompt of {n1} tokens it took {ratio:.1f}x the CPU time of "
+                f"after {n0} ({m0.cpu_s * 1e3:.0f} ms -> {m1.cpu_s * 1e3:.0f} ms, measured by "
+                f"the grader; allowed: {budget.work_ratio:g}x). With a cache the {GEN_NEW} "
+                f"steps cost about the same after either prompt and the long one adds one "
+                f"forward over it; running the whole sequence again at every step costs "
+                f"{n1}+ tokens a step instead of {n0}+. Is the whole sequence run again at "
+                "every step, or the cache rebuilt? Feed only the newest token with the cache.")
+    ref = lm.measure("generate", prompts[n1], GEN_NEW,
+                     warmup=(random_tokens(gen, GEN_CFG[0], 2, n1), GEN_WARMUP), reference=True)
+    assert_work_within_reference(m1, ref, budget, name=f"generate(prompt (2, {n1}), {GEN_NEW})",
+                                 at="d_model 128")
