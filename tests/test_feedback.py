@@ -69,6 +69,7 @@ EXPECTED = {
     "bug_cache_positions_restart": "cache_positions_restart",
     "bug_cache_positions_off_by_one": "cache_positions_off_by_one",
     "bug_chunk_causal_top_left": "chunk_causal_top_left",
+    "bug_chunk_mask_square": "chunk_mask_square",
     "bug_cache_only_new": "cache_only_new",
     "bug_cache_not_appended": "cache_not_appended",
     "bug_cache_wrong_axis": "cache_wrong_axis",
@@ -920,3 +921,26 @@ def test_an_ambiguous_test_takes_the_name_its_lab_settles():
     plugin.settle_diagnoses()
     assert [t.diagnosis for t in plugin.outcomes] == ["pad: h", "pad: h", "", ""]
     assert plugin.ambiguous == []
+
+
+def test_a_crash_names_only_the_mistake_that_causes_it():
+    """Two crashes are one mistake's only when they are the same crash: a (T_new, T_new)
+    mask's broadcast error is not the join error of a cache concatenated on the wrong axis
+    (#42: that was once named for it), nor is an IndexError a ValueError."""
+    from grader.engine.failures import StudentError
+    from grader.mistakes import Result, same_answer
+
+    broadcast = ("RuntimeError", "The size of tensor a (12) must match the size of tensor b "
+                 "(4) at non-singleton dimension 3")
+    join = RuntimeError("Sizes of tensors must match except in dimension 1. Expected size 8 "
+                        "but got size 4 for tensor number 1 in the list.")
+    tol = Tolerance(atol=1e-5, rtol=1e-5)
+    for (type_name, message), replayed, same in [
+            (broadcast, join, False),
+            (broadcast, RuntimeError("The size of tensor a (7) must match the size of tensor "
+                                     "b (3) at non-singleton dimension 3"), True),
+            (("RuntimeError", join.args[0]), join, True),
+            (("IndexError", "index out of range in self"), ValueError("too long"), False)]:
+        call = RecordedCall(lab="lab5_decoder", req={}, error=StudentError(
+            kind="exception", type_name=type_name, message=message))
+        assert same_answer(call, Result(error=replayed), tol) is same, (message, replayed)

@@ -514,3 +514,41 @@ def test_the_per_row_eos_case_catches_tokens_after_eos_at_every_course_secret():
         assert expected.size(1) > 2, seed
         assert not same_decoding(keeps_tokens, expected, 10), \
             f"generator {seed}: tokens after EOS decode as the reference's"
+
+
+def test_an_outcome_test_says_what_the_training_did(rubric, zygote, tmp_path):
+    """#42: a train that re-initialises the grader's start and stops after a few steps is
+    told so in every outcome test: the CPU seconds used of the budget (and that it stopped
+    early), its steps by loss_history, the loss at the start and after, the fraction
+    reached, and that the weights did not come from the grader's start."""
+    sub = _with_train(tmp_path, '''
+def train(seed, budget_s=60.0):
+    torch.manual_seed(seed)
+    model = Seq2SeqTransformer()
+    for p in model.parameters():            # re-initialised: the grader's start discarded
+        torch.nn.init.normal_(p, std=0.05)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(seed)
+    model.loss_history = []
+    for _ in range(60):
+        src, tgt = make_batch(64, 1, 8, gen)
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), tgt[:, 1:].reshape(-1),
+                               ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        model.loss_history.append(float(loss))
+    return model
+''')
+    tests = _tests(grade(sub, rubric=rubric, zygote=zygote, labs=[LAB]))
+    assert {n for n, t in tests.items() if not t.passed} >= OUTCOME_TESTS - {
+        "test_train_returns_a_trained_model_within_budget"}
+    for name in OUTCOME_TESTS - {"test_train_returns_a_trained_model_within_budget"}:
+        message = tests[name].message
+        assert "What the grader saw of your training: " in message, (name, message)
+        for words in ("of 40 CPU seconds (it stopped with more than half of its budget left",
+                      "; 60 steps by model.loss_history; loss ", "nats per token at the "
+                      "grader's start", "of the grader's held-out sequences reversed exactly",
+                      "the returned weights did not come from the grader's start"):
+            assert words in message, (name, words, message)

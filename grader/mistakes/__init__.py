@@ -168,11 +168,38 @@ def close(a, b, tol) -> bool:
     return a == b
 
 
+# What a crash says about its cause, by the words torch and Python use: two crashes of one
+# kind are the same mistake's only if they fall in the same one (a join on the wrong axis and
+# a mask of the wrong width both refuse sizes, in different words).
+CRASH_KINDS = (
+    ("join", re.compile(r"[Ss]izes? of tensors must match except in dimension|"
+                        r"torch\.cat|Tensors must have same number of dimensions")),
+    ("broadcast", re.compile(r"size of tensor a \(\d+\) must match the size of tensor b|"
+                             r"shape mismatch|not broadcastable|cannot broadcast")),
+    ("matmul", re.compile(r"cannot be multiplied|mat\d? and mat\d? shapes|"
+                          r"Expected size for first two dimensions of batch2")),
+    ("view", re.compile(r"shape '\[.*\]' is invalid for input of size|view size is not")),
+    ("index", re.compile(r"index out of range|out of bounds|IndexError")),
+)
+
+
+def crash_kind(type_name: str, message: str) -> str:
+    """``type_name`` and the first CRASH_KINDS entry ``message`` falls in ("" for none)."""
+    kind = next((name for name, words in CRASH_KINDS if words.search(message or "")), "")
+    return f"{type_name}:{kind}"
+
+
 def same_answer(student, result: Result, tol) -> bool:
-    """The student's recorded answer (value or StudentError) agrees with a replayed one."""
+    """The student's recorded answer (value or StudentError) agrees with a replayed one. Two
+    crashes agree only when they are the same crash: the same exception type, and the same
+    kind of complaint where the message says one (``crash_kind``): a mistake that crashes is
+    named only for the crash it causes."""
     if student.error is not None or not result.ok:
-        # Both raised: consistent (the types may differ; a wrong type is a rule's business).
-        return student.error is not None and not result.ok and student.error.kind == "exception"
+        if not (student.error is not None and not result.ok
+                and student.error.kind == "exception"):
+            return False
+        return (crash_kind(student.error.type_name, student.error.message)
+                == crash_kind(type(result.error).__name__, str(result.error)))
     return close(student.value, result.value, tol)
 
 

@@ -25,7 +25,8 @@ def layer_class(base, *, mask="bottom_right", cache="append", cat_dim=2):
 
     mask: "bottom_right" (right); "top_left" (query i sees keys j <= i, as is_causal=True);
     "top_left_chunks" (top-left for a chunk of several tokens, no mask for one token, as
-    is_causal=T_new > 1); "none_after_cache" (no mask when a cache is given, as
+    is_causal=T_new > 1); "square" (a (T_new, T_new) lower triangle, as without a cache:
+    one token broadcasts it, a chunk after a cache crashes); "none_after_cache" (no mask when a cache is given, as
     is_causal=past_kv is None).
     cache: "append" (right); "only_new" (attends over all, returns only the new k, v);
     "ignored" (neither attends over nor keeps the past); "not_appended" (attends over all,
@@ -69,6 +70,8 @@ def layer_class(base, *, mask="bottom_right", cache="append", cat_dim=2):
                 allowed = ones.tril()
             elif mask == "top_left_chunks":
                 allowed = ones.tril() if t_new > 1 else ones
+            elif mask == "square":      # (T_new, T_new), as if there were no cache
+                allowed = torch.ones(t_new, t_new, dtype=torch.bool, device=x.device).tril()
             else:  # "none_after_cache"
                 allowed = ones if past_kv is not None else ones.tril(t_all - t_new)
             scores = scores.masked_fill(~allowed, float("-inf"))
@@ -188,6 +191,14 @@ def mistakes():
                     "j <= i), so pass an explicit attn_mask",
                variants=[wrong_layer(mask="top_left"), wrong_layer(mask="top_left_chunks"),
                          wrong_layer(mask="none_after_cache")]),
+        ShapeCrashReplay(id="chunk_mask_square",
+               name="a (T_new, T_new) causal mask where the scores are (T_new, T_past + T_new)",
+               hint="a chunk of T_new tokens after T_past cached ones has T_past + T_new keys: "
+                    "its mask is ones(T_new, T_past + T_new).tril(T_past), aligned "
+                    "bottom-right; a (T_new, T_new) triangle fits only without a cache (and a "
+                    "(1, 1) one broadcasts, so single tokens pass and a chunk after a cache "
+                    "crashes)",
+               variants=[wrong_layer(mask="square")]),
         Replay(id="cache_only_new", name="the cache keeps only the new keys",
                hint="DecoderLayer must return k_all, v_all = the past keys/values followed by "
                     "the new ones, torch.cat([past_k, k], dim=2), so the cache grows by "

@@ -345,6 +345,32 @@ def training_figures(trained: dict, before: float, after: float, exact: float,
             f"(2 each).")
 
 
+def training_paragraph(trained: dict, src: torch.Tensor, tgt: torch.Tensor,
+                       exact: float) -> str:
+    """What the grader saw the training do, from its own evidence (#42): the CPU seconds
+    used of the budget, the steps (by ``model.loss_history``, when set), the loss at the
+    grader's start and of the returned weights on the grader's sequences, the exact-match
+    fraction reached there, and whether the weights came from the grader's start. Figures of
+    the student's own model only: nothing a hidden test expects."""
+    before = teacher_forced_loss(trained["start"], src, tgt)
+    after = teacher_forced_loss(trained["state_dict"], src, tgt)
+    cpu, budget = trained["cpu_s"], trained["budget_s"]
+    history = trained.get("loss_history")
+    steps = f"; {len(history)} steps by model.loss_history" if history else ""
+    early = (" (it stopped with more than half of its budget left: there was time to train "
+             "longer)" if cpu < 0.5 * budget else "")
+    correlations = weight_correlations(trained["start"], trained["state_dict"])
+    lowest = min(correlations.values()) if correlations else float("nan")
+    start = ("the returned weights came from the grader's start (every weight matrix "
+             f"correlates at least {lowest:.2f} with it)" if lowest >= CORRELATION_FLOOR else
+             f"the returned weights did not come from the grader's start (a weight matrix "
+             f"correlates only {lowest:.2f} with it: re-initialised or loaded?)")
+    return (f"What the grader saw of your training: {cpu:.1f} of {budget:g} CPU seconds"
+            f"{early}{steps}; loss {before:.2f} nats per token at the grader's start, "
+            f"{after:.3f} for the returned weights; {exact:.1%} of the grader's held-out "
+            f"sequences reversed exactly; {start}.")
+
+
 HOW_LOSS_IS_COMPUTED = (
     "The grader's figure: cross-entropy in nats per target token, PAD targets ignored, with "
     "teacher forcing on held-out make_batch sequences (lengths 1-8): logits = "

@@ -24,6 +24,7 @@ from grader.suites._training import (
     exact_fraction,
     heldout,
     train_once,
+    training_paragraph,
     training_problems,
 )
 
@@ -129,17 +130,20 @@ def _reverses(student, budget, gen, training_start, threshold: float) -> None:
     assert_loads(trained["state_dict"])
     src, tgt = heldout(gen)
     problems = training_problems(trained, src, tgt)
-    assert_true(not problems, "; ".join(problems),
-                hidden="outcomes count only with evidence of training: see the public test "
-                       "test_train_returns_a_trained_model_within_budget")
     fraction = exact_fraction(trained["state_dict"], src, tgt)
-    assert_true(fraction >= threshold,
+    saw = training_paragraph(trained, src, tgt, fraction)
+    assert_true(not problems, "; ".join(problems) + f". {saw}",
+                hidden="outcomes count only with evidence of training: see the public test "
+                       f"test_train_returns_a_trained_model_within_budget. {saw}")
+    if fraction >= threshold:
+        return
+    assert_true(False,
                 f"the trained model reverses {fraction:.1%} of held-out sequences exactly; "
-                f"this tier needs {threshold:.0%}",
+                f"this tier needs {threshold:.0%}. {saw}",
                 hidden=f"the trained model reverses fewer than {threshold:.0%} of the grader's "
                        "held-out sequences (lengths 1-8) exactly: train longer within the "
                        "budget, check the teacher-forcing shift (tgt[:, :-1] in, tgt[:, 1:] "
-                       "predicted) and the learning rate")
+                       f"predicted) and the learning rate. {saw}")
 
 
 def test_trained_model_reverses_half_of_heldout(student, budget, gen, training_start):
