@@ -9,7 +9,7 @@ part of the original Transformer (Vaswani et al., 2017): **reverse a sequence of
 
 Output token i is input token S - 1 - i: the model must look *up a position* in the source,
 which only attention over the source (cross-attention) can do, with positions told to it by
-the sinusoidal table of lab 3 (imported from your lab3_positional.py).
+the sinusoidal table of lab 3 (imported from your lab 3).
 
 The model
 ---------

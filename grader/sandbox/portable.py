@@ -37,6 +37,7 @@ WORKER = Path(__file__).with_name("portable_worker.py")
 START_TIMEOUT_S = 60.0
 TOKEN_BYTES = 32
 CPU_DIGITS = 20             # the worker's CPU time at connection, in ns, after its token
+KILL_TREE_S = 3.0           # at most this long ending what a worker started, round by round
 
 
 class WorkerProcess:
@@ -99,13 +100,36 @@ class WorkerProcess:
         if self.ended:
             return
         self.ended = True
-        for _ in range(3):          # what forks while it is being ended is found again
-            found = _descendants(self.pid)
-            for pid in found:
+        # The worker stopped first, so that it starts nothing more (it may be importing the
+        # lab, forking, as it is ended); then until a scan finds no live descendant: a
+        # process killed as it forks leaves a child that is handed to the worker (the
+        # subreaper) only once the killed one has exited, so each round waits for its
+        # processes to be dead before looking again. The worker goes last: while it lives,
+        # what it started is below it.
+        if hasattr(signal, "SIGSTOP"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + KILL_TREE_S
+        while _state(self.pid) not in (b"T", b"t", b"Z", b"") and time.monotonic() < deadline:
+            time.sleep(0.001)                   # a signal is delivered, not yet taken
+        quiet = 0
+        while time.monotonic() < deadline:
+            live = [pid for pid in _descendants(self.pid) if _running(pid)]
+            if not live:
+                # Twice, a moment apart: a scan that reads a child's parent just before that
+                # parent exits finds neither (the parent a zombie, the child not yet the
+                # worker's).
+                quiet += 1
+                if quiet == 2:
+                    break
+                time.sleep(0.01)
+                continue
+            quiet = 0
+            for pid in live:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            if not found:
-                break
+            while any(_running(pid) for pid in live) and time.monotonic() < deadline:
+                time.sleep(0.002)
         if hasattr(os, "killpg"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
@@ -119,6 +143,20 @@ class WorkerProcess:
         with contextlib.suppress(OSError, ValueError):
             self.popen.stdin.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _state(pid: int) -> bytes:
+    """``pid``'s state letter in /proc (b"" where it is gone, or there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b""
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and has not exited (a zombie has: its children are reparented)."""
+    return _state(pid) not in (b"", b"Z")
 
 
 def _descendants(pid: int) -> list[int]:
