@@ -65,11 +65,16 @@ class Measuring:
             else:
                 usage.reset_peak(worker.pid)
             self.measuring.start(call)
+            # A process alive as the call starts (one the warm-up forked, still in
+            # ``setup``, serving the call from there) would do its work where nothing of the
+            # call is read: the call's figures are then not the call's.
+            started_alive = worker.has_children()
             before = usage.reading(worker.pid)
             moved = self.moved.copy()
             value = self._exchange(worker, lab, frame=frame)
             after = usage.reading(worker.pid)
-            used = usage.measured(before, after, children_alive=worker.has_children())
+            used = usage.measured(before, after,
+                                  children_alive=started_alive or worker.has_children())
             moved, own_cpu_s = self.moved.since(moved), used.cpu_s
             others = self.measuring.used()
             used = replace(used, cpu_s=used.cpu_s + others.cpu_s)
