@@ -72,6 +72,8 @@ def test_a_librarys_first_call_cost_is_not_the_students(report):
     ("atk_burn_short_length", LAB6),                  # item 5
     ("bug_generate_recomputes_prefix", LAB5),         # item 6
     ("atk_burn_hides_recompute_generate", LAB5),      # #41: a constant burn
+    ("atk_prefork_setup_cgroup_window", LAB6),        # #41: a child forked by the warm-up
+    ("atk_sigchld_ign_fork_window", LAB6),            # #41: a child forked in the call
     ("bug_sliding_window_full_matrix", LAB6),         # item 7
 ])
 def test_what_the_lesson_teaches_is_graded(report, name, lab):
@@ -96,6 +98,9 @@ NEW_TESTS = {
         "after a prompt of 512 tokens it took", "the whole sequence again at every step"]},
     "atk_burn_hides_recompute_generate": {"test_generate_work_per_new_token": [
         "the course's reference on the same input"]},
+    "atk_prefork_setup_cgroup_window": {"test_sliding_window_memory_linear_in_length": [
+        "another process did part of the work"]},
+    "atk_sigchld_ign_fork_window": {"test_sliding_window_memory_linear_in_length": []},
     "bug_sliding_window_full_matrix": {"test_sliding_window_memory_linear_in_length": [
         "L=2048", "grew"]},
 }
