@@ -218,13 +218,36 @@ def test_a_workers_cpu_time_comes_from_the_os_where_there_is_no_proc(rubric):
     assert 0.2e9 < start <= end < start + 5e9      # importing torch costs CPU; little since
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["atk_sigchld_ign_fork_window", "atk_sigchld_ign_fork_generate"])
+def test_a_fork_is_refused_with_the_jails_words(name, rubric, zygote, tmp_path):
+    """os.fork in the student's code: PermissionError on both backends, with the same
+    words (the worker's audit hook; the jail's seccomp refuses every other route too)."""
+    folder = make_submission(name, tmp_path / name)
+    labs = labs_changed(name, rubric)
+    portable_zygote, portable = _portable_grader(rubric)
+    try:
+        with Grader(Course(paths.KIT, rubric), zygote=zygote, visibility=PUBLIC) as jail:
+            want = _outcomes(jail.grade(folder, labs=labs), rubric)
+        got = _outcomes(portable.grade(folder, labs=labs), rubric)
+    finally:
+        portable.close()
+        portable_zygote.close()
+    assert got == want
+    assert any("runs in this one process" in str(outcome) for outcome in want), want
+
+
+# Through libc, past the worker's audit hook: the portable backend has no seccomp, so a
+# determined student's child exists there; it must still end with the worker.
 DETACHING_LAB1 = '''
-import os, time
+import ctypes, os, time
+
+_fork = ctypes.CDLL(None).fork
 
 def _detach(pid_file):
-    if os.fork() == 0:
+    if _fork() == 0:
         os.setsid()                     # a session of its own: out of the worker's group
-        if os.fork() == 0:
+        if _fork() == 0:
             with open(pid_file, "a") as fh:
                 fh.write(f"{os.getpid()}\\n")
             time.sleep(120)

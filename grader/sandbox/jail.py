@@ -48,6 +48,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
 ALL_NAMESPACE_FLAGS = NAMESPACES | CLONE_NEWUSER | CLONE_NEWCGROUP
+CLONE_THREAD = 0x00010000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -453,7 +454,7 @@ def map_large_allocations() -> bool:
 
 # System call numbers: x86_64 (asm/unistd_64.h) and the generic table (aarch64).
 _X86_64 = dict(
-    capset=126, socket=41, clone=56, kill=62, ptrace=101, syslog=103, rt_sigqueueinfo=129,
+    capset=126, socket=41, clone=56, fork=57, vfork=58, kill=62, ptrace=101, syslog=103, rt_sigqueueinfo=129,
     pivot_root=155, chroot=161, acct=163, mount=165, umount2=166, swapon=167, swapoff=168,
     reboot=169, iopl=172, ioperm=173, init_module=175, delete_module=176, quotactl=179,
     tkill=200, lookup_dcookie=212, tgkill=234, kexec_load=246, add_key=248, request_key=249,
@@ -533,8 +534,16 @@ def seccomp_program(*, plain: bool, protected_pids: list[int]) -> list[bytes]:
     # clone3 passes its flags in memory a filter cannot read: say "no such call", so glibc
     # falls back to clone, whose flags it can read.
     prog += [_ins(_JEQ, nrs["clone3"], 0, 1), _ins(_RET, _RET_ERRNO | errno.ENOSYS)]
-    prog += [_ins(_JEQ, nrs["clone"], 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
-             _ins(_JSET, ALL_NAMESPACE_FLAGS, 0, 1), _ins(_RET, eperm), _ins(_RET, _RET_ALLOW)]
+    # A thread, never a process: work done in another process is not in the worker's
+    # accounting (an auto-reaped child's CPU time never reaches its cutime), and a lab's
+    # code has nothing to start one for. (glibc's fork, posix_spawn and system are clones
+    # without CLONE_THREAD; x86_64 also has fork and vfork, the generic table has neither.)
+    for name in ("fork", "vfork"):
+        if name in nrs:
+            prog += [_ins(_JEQ, nrs[name], 0, 1), _ins(_RET, eperm)]
+    prog += [_ins(_JEQ, nrs["clone"], 0, 6), _ins(_LD_W_ABS, _OFF_ARG0),
+             _ins(_JSET, ALL_NAMESPACE_FLAGS, 0, 1), _ins(_RET, eperm),
+             _ins(_JSET, CLONE_THREAD, 0, 1), _ins(_RET, _RET_ALLOW), _ins(_RET, eperm)]
     if plain:
         # No network namespace: no new sockets at all (the channel already exists).
         prog += [_ins(_JEQ, nrs["socket"], 0, 1), _ins(_RET, _RET_ERRNO | errno.EACCES)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import errno
 import importlib
 import importlib.abc
 import importlib.util
@@ -458,6 +459,31 @@ def _clock_counts_answers(server: Server) -> None:
     time.process_time, time.process_time_ns = process_time, process_time_ns
 
 
+# The audit events of every stdlib route to another process (multiprocessing and a
+# DataLoader with workers go through os.fork or subprocess; on Windows _winapi).
+PROCESS_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+    "os.startfile", "subprocess.Popen", "_posixsubprocess.fork_exec", "_winapi.CreateProcess",
+    "pty.spawn",
+})
+NO_PROCESS = ("a lab's code runs in this one process: the sandbox starts no other (its "
+              "work would not be in what the grader measures). Compute here: no os.fork, "
+              "multiprocessing, subprocess, or DataLoader(num_workers > 0)")
+
+
+def refuse_new_processes() -> None:
+    """From here on, starting a process raises PermissionError (EPERM, as the kernel's own
+    refusal: code that falls back on OSError still works) whose words say why. In the jail
+    seccomp refuses it too, by any route; the portable backend has only this (a child
+    started through ctypes there is still ended with the worker: ``portable.kill_tree``).
+    An audit hook cannot be removed."""
+    def hook(event, args):
+        if event in PROCESS_EVENTS:
+            raise PermissionError(errno.EPERM, f"{NO_PROCESS} ({event})")
+
+    sys.addaudithook(hook)
+
+
 def serve(sock, config, bindings) -> None:
     """Entry point in the locked-down worker: guard, then answer requests until EOF."""
     server = Server(sock, config)
@@ -466,6 +492,7 @@ def serve(sock, config, bindings) -> None:
     sys.stdout = sys.stderr = server.stdout
     sys.path[:] = [p for p in sys.path if p and p != "."]  # never the cwd
     forbidden.install(config["lab"], config["forbidden"], bindings)
+    refuse_new_processes()
     # Lab modules come only from the submission folder, ahead of every other finder; which
     # other labs (and names) this lab may import is decided ahead of those (LabImports).
     finder = LabFinder(config["folder"], config["lab"], config["forbidden"])
