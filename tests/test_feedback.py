@@ -93,6 +93,10 @@ EXPECTED = {
     "bug_alibi_slopes_any_n": "alibi_slopes_power_of_two_formula",
     "bug_alibi_sign": "alibi_bias_sign",
     "bug_alibi_top_left": "alibi_offset_top_left",
+    # lab 7 in another style (#42): conventions of public code, float32 on other routes
+    "bug_alibi_bias_per_key": "alibi_bias_per_key",
+    "bug_rope_theta_float32": "rope_angles_float32",
+    "bug_rope_angles_float32_cast": "rope_angles_float32",
     # lab 8: the encoder-decoder, trained
     "bug_cross_attention_keys_from_decoder": "cross_attention_keys_from_decoder",
     "bug_decoder_not_causal": "decoder_not_causal",
@@ -818,7 +822,7 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
     assert torch.equal(scores(q, k, positions[..., :4], positions[..., 1:]),
                        ref.rope_scores(q, k, positions[..., :4], positions[..., 1:]))
     assert not torch.allclose(rope(x, positions, pairing="rotate_half"), ref.apply_rope(x, positions))
-    for angles_in in ("float32", "float32_all"):
+    for angles_in in ("float32", "float32_all", "float32_cast", "theta_float32"):
         assert not torch.allclose(rope(x, positions, angles_in=angles_in), ref.apply_rope(x, positions),
                                   atol=1e-6, rtol=0)
     cq, ck = x[0, 0], x[1, 0]
@@ -831,8 +835,9 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
                 same = (torch.equal(mine[name][key], value) if isinstance(value, torch.Tensor)
                         else mine[name][key] == value)
                 assert same, (name, key)
-    for switch in ({"scaled": False}, {"direction": -1.0}, {"reverse": True}, {"any_n": True}):
-        scheme = "alibi" if set(switch) & {"reverse", "any_n"} else "rope"
+    for switch in ({"scaled": False}, {"direction": -1.0}, {"reverse": True}, {"any_n": True},
+                   {"alibi_per_key": True}):
+        scheme = "alibi" if set(switch) & {"reverse", "any_n", "alibi_per_key"} else "rope"
         wrong = comparison(cq, ck, 8, 1000, 3, **switch)[scheme]["weights_past"]
         assert not torch.allclose(wrong, ref.extrapolation_comparison(cq, ck, 8, 1000, 3)[scheme]["weights_past"])
     for exponent in ("i", "4i"):
@@ -845,6 +850,8 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
     assert not torch.equal(slopes(6, any_n=True), ref.alibi_slopes(6))
     assert not torch.equal(bias(2, 3, 3, sign=1.0), ref.alibi_bias(2, 3, 3))
     assert not torch.equal(bias(2, 2, 5, top_left=True), ref.alibi_bias(2, 2, 5))
+    for origin in ("first", "last"):
+        assert not torch.equal(bias(2, 3, 3, per_key=origin), ref.alibi_bias(2, 3, 3))
 
 
 def _first_paragraph(doc: str) -> str:
@@ -944,3 +951,93 @@ def test_a_crash_names_only_the_mistake_that_causes_it():
         call = RecordedCall(lab="lab5_decoder", req={}, error=StudentError(
             kind="exception", type_name=type_name, message=message))
         assert same_answer(call, Result(error=replayed), tol) is same, (message, replayed)
+
+
+# ------------------------------------------------------------------------------------------
+# code in another style: the whole diagnosis, and the near misses it refuses (#42)
+# ------------------------------------------------------------------------------------------
+
+ALIBI_PER_KEY = (
+    "ALiBi bias per key, not per distance: the contract's bias is -slope * |i + seq_k - "
+    "seq_q - j|; slope * j (growing with the key index, as BLOOM and MPT write it) differs "
+    "from it by a constant in each row only on the keys up to the query: under a causal "
+    "softmax the weights are the same, without a mask they are not; alibi_bias must return "
+    "the distance form")
+ROPE_FLOAT32 = (
+    "RoPE angles computed in float32: the angles position * theta_i lose precision in "
+    "float32: near 10^5 an angle keeps only ~3 decimals, and a float32 theta_i "
+    "(rope_frequencies(d) without dtype=x.dtype) carries a rounding of up to 6e-8 of itself, "
+    "which the position multiplies; compute theta and the angles in float64 for float64 "
+    "inputs (dtype=x.dtype, positions.to(x.dtype), no x.float())")
+# fixture -> the lab it breaks, the tests that fail there, and the diagnosis each gives
+ANOTHER_STYLE = {
+    "bug_alibi_bias_per_key": ("lab7_relative_positions", {
+        "test_alibi_bias_matches_reference", "test_alibi_bias_more_queries_than_keys"},
+        ALIBI_PER_KEY),
+    # theta rounded, the angles float64: only apply_rope far out fails (rope_scores sees
+    # position differences only, which keep it exact); it once had no diagnosis at all
+    "bug_rope_theta_float32": ("lab7_relative_positions", {
+        "test_apply_rope_float64_large_positions"}, ROPE_FLOAT32),
+    # the public test's differences are float32-sized: once named "float64 results only
+    # float32-precise" there and nothing on the hidden tests
+    "bug_rope_angles_float32_cast": ("lab7_relative_positions", {
+        "test_rope_scores_shift_invariant_far_beyond_any_table",
+        "test_apply_rope_float64_large_positions", "test_rope_scores_batched_positions_far_out",
+        "test_extrapolation_comparison_far_out_and_checks"}, ROPE_FLOAT32),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(ANOTHER_STYLE))
+def test_code_in_another_style_gets_the_whole_diagnosis(fixture, graded):
+    lab, tests, diagnosis = ANOTHER_STYLE[fixture]
+    result, _ = graded(fixture, (lab,))
+    fails = {t.name: t.diagnosis for t in result.lab(lab).tests if not t.passed}
+    assert fails == dict.fromkeys(tests, diagnosis)
+
+
+def _recorded(lab, target, *args, value=None, error=None, **kwargs):
+    return RecordedCall(lab, {"op": "call", "target": target, "args": list(args),
+                              "kwargs": kwargs, "seed": 0}, value=value, error=error)
+
+
+def test_alibi_bias_per_key_is_named_only_for_its_own_values():
+    """slope * j (from the first key, or 0 at the last) is named; the same with the slopes
+    reversed, decreasing with j, or a bonus for distance (the sign mistake) is not."""
+    from grader.engine.reference import load_reference
+    lab = "lab7_relative_positions"
+    slopes = load_reference(lab).alibi_slopes(4).view(-1, 1, 1)
+    keys = torch.arange(7, dtype=torch.float32).expand(3, 7)
+    distance = (torch.arange(3).unsqueeze(1) + 4 - torch.arange(7)).abs().float()
+    tol = Tolerance(atol=1e-5, rtol=1e-4)
+
+    def diagnosis(bias):
+        return diagnose(lab, "t", Mismatch("x"), [_recorded(lab, "alibi_bias", 4, 3, 7,
+                                                            value=bias)], tol)
+
+    assert diagnosis(slopes * keys) == ALIBI_PER_KEY
+    assert diagnosis(slopes * (keys - 6)) == ALIBI_PER_KEY
+    for near_miss in (slopes.flip(0) * keys, -slopes * keys, slopes * (keys + 1) * 1.01):
+        assert name_of(diagnosis(near_miss)) != name_of(ALIBI_PER_KEY)
+    assert name_of(diagnosis(slopes * distance)) == "ALiBi bias is a bonus, not a penalty"
+
+
+def test_rope_angles_float32_is_named_only_for_float32_angles():
+    """apply_rope far out from a float32 theta is named; an error of the same size that is
+    no float32 rounding (a scale off by 1e-4) is not."""
+    from grader.engine.reference import load_reference
+    from grader.mistakes.lab7_relative_positions import rope
+    lab = "lab7_relative_positions"
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64)
+    positions = 100_000 + torch.randint(0, 50_000, (2, 1, 5), generator=g)
+    tol = Tolerance(atol=1e-8, rtol=1e-8)
+
+    def diagnosis(value):
+        return diagnose(lab, "t", Mismatch("x"), [_recorded(lab, "apply_rope", x, positions,
+                                                            value=value)], tol)
+
+    assert diagnosis(rope(x, positions, angles_in="theta_float32")) == ROPE_FLOAT32
+    assert diagnosis(rope(x, positions, angles_in="float32_cast")) == ROPE_FLOAT32
+    right = load_reference(lab).apply_rope(x, positions)
+    assert diagnosis(right * (1 + 1e-4)) == ""
+    assert diagnosis(rope(x, positions + 1, angles_in="theta_float32")) == ""

@@ -40,14 +40,19 @@ def rope(x, positions, base=10000.0, *, pairing="interleaved", exponent="2i", an
     GPT-NeoX / Hugging Face layout) instead of 2i with 2i + 1. angles_in "float32": theta
     and the angles in float32 whatever x's dtype (rope_frequencies called without dtype=),
     the products with x promoted back to x's dtype; "float32_all": the whole rotation in
-    float32, cast back at the end (x.float() ... .type_as(x), as LLaMA's code writes it).
+    float32, cast back at the end (x.float() ... .type_as(x), as LLaMA's code writes it);
+    "float32_cast": the angles float32, cast to x's dtype before cos and sin; "theta_float32":
+    theta float32 (rope_frequencies' default dtype), the angles in x's dtype from it.
     direction -1: each pair rotated by -angle (the signs of the sin terms swapped)."""
     if angles_in == "float32_all" and x.dtype != torch.float32:
         return rope(x.float(), positions, base, pairing=pairing, exponent=exponent,
                     direction=direction).to(x.dtype)
-    dtype = torch.float32 if angles_in == "float32" else x.dtype
-    theta = frequencies(x.size(-1), base, dtype=dtype, exponent=exponent)
+    dtype = torch.float32 if angles_in in ("float32", "float32_cast") else x.dtype
+    theta_dtype = torch.float32 if angles_in == "theta_float32" else dtype
+    theta = frequencies(x.size(-1), base, dtype=theta_dtype, exponent=exponent)
     angles = positions.to(dtype).unsqueeze(-1) * theta
+    if angles_in == "float32_cast":
+        angles = angles.to(x.dtype)
     cos, sin = torch.cos(angles), direction * torch.sin(angles)
     if pairing == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]
@@ -65,10 +70,11 @@ def scores(q, k, q_positions, k_positions, base=10000.0, *, scaled=True, **switc
 
 
 def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, *, reverse=False, any_n=False,
-               **rope_switches):
+               alibi_per_key=False, **rope_switches):
     """The reference extrapolation_comparison with RoPE from ``scores`` above and ALiBi's
     slopes from ``slopes`` below (its "rope" and "alibi" entries, weights_past included, are
-    what a student's own rope_scores and alibi_slopes make of them)."""
+    what a student's own rope_scores and alibi_slopes make of them); alibi_per_key: ALiBi's
+    scores get + slope * p_j (bias's per_key: any origin gives these weights, no mask)."""
     width, d_head = q.shape
     if width > train_len or offset + width <= train_len:
         raise ValueError("the window must fit in train_len and reach past it")
@@ -87,6 +93,8 @@ def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, *, reverse=Fa
     alibi_slope = slopes(num_heads, reverse=reverse, any_n=any_n).to(q.dtype).view(-1, 1, 1)
 
     def alibi(positions):
+        if alibi_per_key:
+            return q @ k.T * scale + alibi_slope * positions.to(q.dtype).unsqueeze(0)
         distance = (positions.unsqueeze(1) - positions.unsqueeze(0)).abs().to(q.dtype)
         return q @ k.T * scale - alibi_slope * distance
 
@@ -120,13 +128,25 @@ def slopes(num_heads, *, reverse=False, any_n=False):
     return torch.tensor(values, dtype=torch.float32)
 
 
-def bias(num_heads, seq_q, seq_k, *, sign=-1.0, top_left=False, **slope_switches):
-    """alibi_bias; sign +1: a bonus for distance instead of a penalty; top_left: query i at
-    position i (distance |i - j|) instead of i + seq_k - seq_q."""
+# ALiBi written per key: slope * (j - KEY_ORIGIN[origin]), growing with the key index and the
+# same for every query (BLOOM counts j from the first key, MPT from the last one, 0 there).
+KEY_ORIGIN = {"first": lambda seq_k: 0, "last": lambda seq_k: seq_k - 1}
+
+
+def bias(num_heads, seq_q, seq_k, *, sign=-1.0, top_left=False, per_key=None, **slope_switches):
+    """alibi_bias (num_heads, seq_q, seq_k); sign +1: a bonus for distance instead of a
+    penalty; top_left: query i at position i (distance |i - j|) instead of i + seq_k - seq_q;
+    per_key "first" or "last": slope * (j - origin) for every query (KEY_ORIGIN), which is
+    the contract's bias plus a constant per row where j <= i + seq_k - seq_q."""
+    slope = slopes(num_heads, **slope_switches).view(-1, 1, 1)
+    key_pos = torch.arange(seq_k).unsqueeze(0)                        # (1, seq_k)
+    if per_key is not None:
+        keys = (key_pos - KEY_ORIGIN[per_key](seq_k)).to(torch.float32).expand(seq_q, seq_k)
+        return slope * keys
     offset = 0 if top_left else seq_k - seq_q
     query_pos = torch.arange(seq_q).unsqueeze(1) + offset
-    distance = (query_pos - torch.arange(seq_k).unsqueeze(0)).abs().to(torch.float32)
-    return sign * slopes(num_heads, **slope_switches).view(-1, 1, 1) * distance
+    distance = (query_pos - key_pos).abs().to(torch.float32)
+    return sign * slope * distance
 
 
 def mistakes():
@@ -166,12 +186,14 @@ def mistakes():
         # float32-precise (float32_precision's case), far out it is not; the name must not
         # change with the test.
         Replay(id="rope_angles_float32", name="RoPE angles computed in float32",
-               hint="position * theta_i must be computed in x's dtype: an angle near 10^5 "
-                    "keeps only ~3 decimals in float32 (rope_frequencies(d) without "
-                    "dtype=x.dtype, or x.float()), so float64 inputs lose the accuracy the "
-                    "contract promises and the shift property fails far out; pass "
-                    "dtype=x.dtype and positions.to(x.dtype)",
-               variants=[float32_angles("float32"), float32_angles("float32_all")]),
+               hint="the angles position * theta_i lose precision in float32: near 10^5 "
+                    "an angle keeps only ~3 decimals, and a float32 theta_i "
+                    "(rope_frequencies(d) without dtype=x.dtype) carries a rounding of up to "
+                    "6e-8 of itself, which the position multiplies; compute theta and the "
+                    "angles in float64 for float64 inputs (dtype=x.dtype, "
+                    "positions.to(x.dtype), no x.float())",
+               variants=[float32_angles(a) for a in ("float32", "float32_all", "float32_cast",
+                                                     "theta_float32")]),
         FLOAT32_CAST,
         FLOAT32_PRECISION,
         Replay(id="rope_rotate_half", name="RoPE pairs rotate-half, not interleaved",
@@ -211,6 +233,19 @@ def mistakes():
                hint="the bias is -slope * distance: far keys lose score; with a plus sign far "
                     "keys win and attention drifts to the most distant tokens",
                variants=[impl(alibi_bias=functools.partial(bias, sign=1.0))]),
+        # After the sign: +slope * distance is no per-key bias, and the two never fit one reply.
+        Replay(id="alibi_bias_per_key", name="ALiBi bias per key, not per distance",
+               hint="the contract's bias is -slope * |i + seq_k - seq_q - j|; slope * j "
+                    "(growing with the key index, as BLOOM and MPT write it) differs from it "
+                    "by a constant in each row only on the keys up to the query: under a "
+                    "causal softmax the weights are the same, without a mask they are not; "
+                    "alibi_bias must return the distance form",
+               variants=[impl(alibi_bias=functools.partial(bias, per_key=origin))
+                         for origin in KEY_ORIGIN]
+                        + [impl(alibi_bias=functools.partial(bias, per_key=origin),
+                                extrapolation_comparison=functools.partial(
+                                    comparison, alibi_per_key=True))
+                           for origin in KEY_ORIGIN]),
         Replay(id="alibi_offset_top_left", name="ALiBi distances aligned top-left",
                hint="with seq_q != seq_k the queries are the LAST seq_q positions: query i sits "
                     "at i + seq_k - seq_q, so its distance to key j is |i + seq_k - seq_q - j|, "
