@@ -83,6 +83,9 @@ EXPECTED = {
     "bug_feature_map_not_positive": "feature_map_not_positive",
     "bug_prefix_sum_exclusive": "prefix_sum_exclusive",
     "bug_linear_attention_quadratic": "quadratic_memory",
+    "bug_chunked_output_like_q": "output_width_of_queries",
+    "bug_window_output_like_q": "output_width_of_queries",
+    "bug_window_below_one_unchecked": "window_below_one_not_refused",
     # lab 7: relative positions (RoPE, ALiBi)
     "bug_rope_angles_float32": "rope_angles_float32",
     "bug_rope_rotate_half": "rope_rotate_half",
@@ -599,6 +602,12 @@ def test_lab6_mistake_implementations_without_the_mistake_are_the_reference():
         assert torch.equal(window_mask(9, window), ref.sliding_window_mask(9, window))
         assert torch.allclose(window_attention(q, k, v, window),
                               ref.sliding_window_attention(q, k, v, window), atol=1e-12, rtol=0)
+    narrow = v[..., :2]                                    # values narrower than the queries
+    for like_q in (lambda: chunked(q, k, narrow, acc_like_q=True),
+                   lambda: window_attention(q, k, narrow, 3, out_like_q=True)):
+        with pytest.raises(RuntimeError):
+            like_q()
+    assert torch.equal(chunked(q, k, v, acc_like_q=True), ref.chunked_attention(q, k, v))
 
 
 # ------------------------------------------------------------------------------------------
@@ -969,8 +978,32 @@ ROPE_FLOAT32 = (
     "(rope_frequencies(d) without dtype=x.dtype) carries a rounding of up to 6e-8 of itself, "
     "which the position multiplies; compute theta and the angles in float64 for float64 "
     "inputs (dtype=x.dtype, positions.to(x.dtype), no x.float())")
+OUTPUT_LIKE_Q = (
+    "values narrower than the queries: the output's last dim is the values' width: "
+    "(..., Lq, dv) with dv = v.size(-1), which may differ from d = q.size(-1); an "
+    "accumulator or output made with torch.zeros_like(q) or empty_like(q) has the queries' "
+    "width, so build it from v's (q.shape[:-1] + (v.size(-1),))")
+WINDOW_BELOW_ONE = (
+    "a window below 1 not refused: sliding_window_attention must check its window before "
+    "using it: a window below 1 (0 or negative) leaves every query without a key, so raise a "
+    "ValueError that says so first, instead of letting a division, a range or a slice by the "
+    "window fail on it (or return empty rows)")
+LAB6 = "lab6_efficient_attention"
 # fixture -> the lab it breaks, the tests that fail there, and the diagnosis each gives
 ANOTHER_STYLE = {
+    # a crash on every call with values narrower than the queries (dv 4 or 5, d 8)
+    "bug_chunked_output_like_q": (LAB6, {
+        "test_chunked_matches_full_attention", "test_chunked_causal_more_keys_than_queries",
+        "test_chunked_key_padding_mask_and_all_blocked_rows",
+        "test_chunked_float64_with_batch_and_heads", "test_chunked_large_scores_numerically_stable",
+        "test_chunked_rows_of_very_negative_scores", "test_chunked_gradients_match_full_attention"},
+        OUTPUT_LIKE_Q),
+    "bug_window_output_like_q": (LAB6, {
+        "test_sliding_window_matches_full_attention_with_band_mask",
+        "test_sliding_window_edge_windows"}, OUTPUT_LIKE_Q),
+    # once only "expected a ValueError, but your code raised ZeroDivisionError"
+    "bug_window_below_one_unchecked": (LAB6, {"test_sliding_window_rejects_window_below_one"},
+                                       WINDOW_BELOW_ONE),
     "bug_alibi_bias_per_key": ("lab7_relative_positions", {
         "test_alibi_bias_matches_reference", "test_alibi_bias_more_queries_than_keys"},
         ALIBI_PER_KEY),
@@ -1041,3 +1074,45 @@ def test_rope_angles_float32_is_named_only_for_float32_angles():
     right = load_reference(lab).apply_rope(x, positions)
     assert diagnosis(right * (1 + 1e-4)) == ""
     assert diagnosis(rope(x, positions + 1, angles_in="theta_float32")) == ""
+
+
+def test_values_narrower_than_the_queries_is_named_only_for_their_crash():
+    """A crash naming both widths on a call whose values are narrower is named; a crash of
+    the same kind naming other sizes (a padding mask's), or one where v is as wide as q,
+    is not."""
+    from grader.engine.failures import StudentError
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 6, 8, generator=g), torch.randn(2, 9, 8, generator=g)
+
+    def diagnosis(v, message):
+        error = StudentError(kind="exception", type_name="RuntimeError", message=message)
+        return diagnose(LAB6, "t", error, [_recorded(LAB6, "chunked_attention", q, k, v,
+                                                     chunk_size=4, error=error)], TOL)
+
+    narrow, wide = torch.randn(2, 9, 4, generator=g), torch.randn(2, 9, 8, generator=g)
+    own = "The size of tensor a (8) must match the size of tensor b (4) at non-singleton dimension 2"
+    assert diagnosis(narrow, own) == OUTPUT_LIKE_Q
+    assert diagnosis(narrow, "The size of tensor a (9) must match the size of tensor b (6) at "
+                             "non-singleton dimension 2") == ""
+    assert diagnosis(wide, own) == ""
+    assert diagnosis(narrow, "index 8 is out of bounds for dimension 2 with size 4") == ""
+
+
+def test_window_below_one_is_named_only_where_the_contract_refuses():
+    """A missing ValueError for window 0 or -2 is named; a missing ValueError on a window of
+    3 (the contract accepts it), on another function, or a Mismatch, is not."""
+    from grader.engine.failures import MissingRaise, StudentError
+    q = torch.randn(1, 4, 8)
+    crash = StudentError(kind="exception", type_name="ZeroDivisionError",
+                         message="integer division or modulo by zero")
+    missing = MissingRaise("expected a ValueError, but your code raised ZeroDivisionError")
+
+    def diagnosis(window, exc=missing, target="sliding_window_attention", error=crash):
+        return diagnose(LAB6, "t", exc, [_recorded(LAB6, target, q, q, q, window,
+                                                   error=error)], TOL)
+
+    assert diagnosis(0) == WINDOW_BELOW_ONE
+    assert diagnosis(-2, error=None) == WINDOW_BELOW_ONE          # returned normally
+    assert diagnosis(3) == ""
+    assert diagnosis(0, exc=Mismatch("x")) == ""
+    assert diagnosis(0, target="chunked_attention") == ""

@@ -18,18 +18,19 @@ import re
 import torch
 import torch.nn.functional as F
 
-from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay, Rule
+from grader.mistakes import DETACHED, FLOAT32_CAST, FLOAT32_PRECISION, Impl, Replay, Rule, bind
 
 LAB = "lab6_efficient_attention"
 
 
 def chunked(q, k, v, causal=False, key_padding_mask=None, chunk_size=128, *, rescale="both",
-            detach_max=True, top_left=False):
+            detach_max=True, top_left=False, acc_like_q=False):
     """The reference chunked_attention. rescale: which running quantities are multiplied by
     exp(m_old - m_new) when the max grows ("both": right; "none", "sum" (l only), "output"
     (acc only)); detach_max: no gradient through the running max (the reference's; students
     often let it flow, which changes the gradients only when the rescale is wrong);
-    top_left: causal query i sees keys j <= i instead of j <= i + Lk - Lq."""
+    top_left: causal query i sees keys j <= i instead of j <= i + Lk - Lq; acc_like_q: the
+    running output torch.zeros_like(q), (..., Lq, d) where it is (..., Lq, dv)."""
     lq, lk = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1))
     offset = 0 if top_left else lk - lq
@@ -37,7 +38,8 @@ def chunked(q, k, v, causal=False, key_padding_mask=None, chunk_size=128, *, res
     stats_shape = q.shape[:-1] + (1,)
     m = torch.full(stats_shape, float("-inf"), dtype=q.dtype, device=q.device)
     l = torch.zeros(stats_shape, dtype=q.dtype, device=q.device)
-    acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
+    width = q.size(-1) if acc_like_q else v.size(-1)
+    acc = torch.zeros(q.shape[:-1] + (width,), dtype=q.dtype, device=q.device)
     for start in range(0, lk, chunk_size):
         stop = min(start + chunk_size, lk)
         scores = q @ k[..., start:stop, :].transpose(-2, -1) * scale
@@ -70,14 +72,20 @@ def window_mask(seq_len, window, device=None, *, shift=0):
     return (j <= i) & (j > i - window - shift)
 
 
-def window_attention(q, k, v, window, *, shift=0):
+def window_attention(q, k, v, window, *, shift=0, out_like_q=False):
     """Full attention under window_mask(shift): a row with no key (window + shift < 1) is NaN,
-    as a plain softmax of -inf gives."""
+    as a plain softmax of -inf gives. out_like_q: written into torch.zeros_like(q), which
+    refuses an output (..., L, dv) narrower than q as a copy of the wrong size."""
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
     mask = window_mask(q.size(-2), window, device=q.device, shift=shift)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+    out = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+    if out_like_q:
+        like_q = torch.zeros_like(q)
+        like_q[...] = out
+        return like_q
+    return out
 
 
 FEATURES = {
@@ -162,6 +170,50 @@ def quadratic_memory(ctx) -> bool:
     return all(ctx.matches_reference(c) for c in own if c.error is None)
 
 
+def window_below_one_not_refused(ctx) -> bool:
+    """The test failed waiting for a ValueError on its last call, a sliding_window_attention
+    whose window is below 1, which the reference refuses with ValueError, where the
+    student's code returned or raised another exception (16 // window: ZeroDivisionError)."""
+    if not isinstance(ctx.exc, AssertionError) or "expected a ValueError" not in str(ctx.exc):
+        return False
+    call = ctx.calls[-1] if ctx.calls else None
+    if call is None or call.req.get("target") != "sliding_window_attention":
+        return False
+    if call.error is not None and "ValueError" in call.error.mro:
+        return False
+    try:
+        window = bind(Impl(LAB).reference.sliding_window_attention, call.req.get("args") or [],
+                      call.req.get("kwargs") or {})["window"]
+    except (TypeError, KeyError):
+        return False
+    ref = ctx.reference(call)
+    return (isinstance(window, int) and window < 1 and not ref.ok
+            and isinstance(ref.error, ValueError))
+
+
+_SIZES = re.compile(r"\((\d+)\)|(\d+)\]")
+
+
+class WidthCrashReplay(Replay):
+    """The output built as wide as the queries: named only for calls whose values are
+    narrower than the queries, where each of the student's crashes names both widths (the
+    sizes a broadcast or a copy of the wrong width reports), so that another crash on the
+    same calls (a padding mask of the wrong shape) is not taken for it."""
+
+    def matches(self, ctx) -> bool:
+        for call in ctx.calls:
+            if call.error is None:
+                continue
+            args = call.req.get("args") or []
+            if len(args) < 3 or not all(isinstance(t, torch.Tensor) for t in args[:3]):
+                return False
+            d, dv = int(args[0].size(-1)), int(args[2].size(-1))
+            sizes = {int(a or b) for a, b in _SIZES.findall(call.error.message or "")}
+            if not (dv < d and {d, dv} <= sizes):
+                return False
+        return super().matches(ctx)
+
+
 def mistakes():
     def impl(**overrides):
         return Impl(LAB, overrides)
@@ -216,5 +268,19 @@ def mistakes():
                          impl(linear_attention=functools.partial(linear, exclusive=True),
                               linear_attention_quadratic=functools.partial(quadratic,
                                                                            exclusive=True))]),
+        WidthCrashReplay(id="output_width_of_queries", name="values narrower than the queries",
+               hint="the output's last dim is the values' width: (..., Lq, dv) with "
+                    "dv = v.size(-1), which may differ from d = q.size(-1); an accumulator "
+                    "or output made with torch.zeros_like(q) or empty_like(q) has the "
+                    "queries' width, so build it from v's (q.shape[:-1] + (v.size(-1),))",
+               variants=[online(acc_like_q=True),
+                         impl(sliding_window_attention=functools.partial(window_attention,
+                                                                         out_like_q=True))]),
+        Rule(id="window_below_one_not_refused", name="a window below 1 not refused",
+             hint="sliding_window_attention must check its window before using it: a window "
+                  "below 1 (0 or negative) leaves every query without a key, so raise a "
+                  "ValueError that says so first, instead of letting a division, a range or "
+                  "a slice by the window fail on it (or return empty rows)",
+             predicate=window_below_one_not_refused),
         DETACHED,
     ]
