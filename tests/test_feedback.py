@@ -98,6 +98,8 @@ EXPECTED = {
     "bug_alibi_top_left": "alibi_offset_top_left",
     # lab 7 in another style (#42): conventions of public code, float32 on other routes
     "bug_alibi_bias_per_key": "alibi_bias_per_key",
+    "bug_alibi_slopes_sorted": "alibi_slopes_sorted",
+    "bug_alibi_slopes_start_at_one": "alibi_slopes_start_at_one",
     "bug_rope_theta_float32": "rope_angles_float32",
     "bug_rope_angles_float32_cast": "rope_angles_float32",
     # lab 8: the encoder-decoder, trained
@@ -845,8 +847,8 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
                         else mine[name][key] == value)
                 assert same, (name, key)
     for switch in ({"scaled": False}, {"direction": -1.0}, {"reverse": True}, {"any_n": True},
-                   {"alibi_per_key": True}):
-        scheme = "alibi" if set(switch) & {"reverse", "any_n", "alibi_per_key"} else "rope"
+                   {"alibi_per_key": True}, {"by_size": True}, {"first_power": 0}):
+        scheme = "rope" if set(switch) & {"scaled", "direction"} else "alibi"
         wrong = comparison(cq, ck, 8, 1000, 3, **switch)[scheme]["weights_past"]
         assert not torch.allclose(wrong, ref.extrapolation_comparison(cq, ck, 8, 1000, 3)[scheme]["weights_past"])
     for exponent in ("i", "4i"):
@@ -857,6 +859,9 @@ def test_lab7_mistake_implementations_without_the_mistake_are_the_reference():
             assert torch.equal(bias(heads, seq_q, seq_k), ref.alibi_bias(heads, seq_q, seq_k))
     assert not torch.equal(slopes(6, reverse=True), ref.alibi_slopes(6))
     assert not torch.equal(slopes(6, any_n=True), ref.alibi_slopes(6))
+    assert not torch.equal(slopes(6, by_size=True), ref.alibi_slopes(6))
+    assert torch.equal(slopes(8, by_size=True), ref.alibi_slopes(8))    # already sorted
+    assert not torch.equal(slopes(8, first_power=0), ref.alibi_slopes(8))
     assert not torch.equal(bias(2, 3, 3, sign=1.0), ref.alibi_bias(2, 3, 3))
     assert not torch.equal(bias(2, 2, 5, top_left=True), ref.alibi_bias(2, 2, 5))
     for origin in ("first", "last"):
@@ -988,9 +993,27 @@ WINDOW_BELOW_ONE = (
     "using it: a window below 1 (0 or negative) leaves every query without a key, so raise a "
     "ValueError that says so first, instead of letting a division, a range or a slice by the "
     "window fail on it (or return empty rows)")
+SLOPES_SORTED = (
+    "ALiBi slopes sorted by size: for n heads not a power of two Press et al. list first the "
+    "slopes of m, the largest power of two below n, then the extra slopes of 2m ([0::2]) "
+    "after them; sorting them by size puts the extra ones among the others, so most heads "
+    "get another head's slope")
+SLOPES_START_AT_ONE = (
+    "ALiBi slopes start at 1: the geometric sequence starts at its ratio: head h (from 0) has "
+    "slope (2 ** (-8 / n)) ** (h + 1), so the first head has 2 ** (-8 / n) and the last "
+    "2 ** -8 (with 8 heads 1/2 .. 1/256); raising it to h from 0 gives head 0 slope 1 and "
+    "shifts every head by one step")
 LAB6 = "lab6_efficient_attention"
+LAB7 = "lab7_relative_positions"
+ALIBI_TESTS = {"test_alibi_slopes_power_of_two_and_not", "test_alibi_bias_matches_reference",
+               "test_alibi_slopes_many_head_counts", "test_alibi_bias_more_queries_than_keys",
+               "test_extrapolation_comparison_far_out_and_checks"}
 # fixture -> the lab it breaks, the tests that fail there, and the diagnosis each gives
 ANOTHER_STYLE = {
+    # the public comparison has 4 heads (a power of two: sorted is the same order) and passes
+    "bug_alibi_slopes_sorted": (LAB7, ALIBI_TESTS, SLOPES_SORTED),
+    "bug_alibi_slopes_start_at_one": (LAB7, ALIBI_TESTS | {
+        "test_extrapolation_comparison_reports_each_scheme"}, SLOPES_START_AT_ONE),
     # a crash on every call with values narrower than the queries (dv 4 or 5, d 8)
     "bug_chunked_output_like_q": (LAB6, {
         "test_chunked_matches_full_attention", "test_chunked_causal_more_keys_than_queries",
@@ -1116,3 +1139,21 @@ def test_window_below_one_is_named_only_where_the_contract_refuses():
     assert diagnosis(3) == ""
     assert diagnosis(0, exc=Mismatch("x")) == ""
     assert diagnosis(0, target="chunked_attention") == ""
+
+
+def test_alibi_slopes_in_another_order_are_named_only_for_their_own_slopes():
+    """Sorted steepest first, or started at 1: named; the same slopes one place off, or
+    scaled by 1.01, are not."""
+    from grader.mistakes.lab7_relative_positions import slopes
+    tol = Tolerance(atol=1e-5, rtol=1e-4)
+
+    def diagnosis(*values):
+        return diagnose(LAB7, "t", Mismatch("x"), [
+            _recorded(LAB7, "alibi_slopes", len(v), value=v) for v in values], tol)
+
+    assert diagnosis(slopes(6, by_size=True), slopes(8)) == SLOPES_SORTED
+    assert diagnosis(slopes(6, first_power=0), slopes(8, first_power=0)) == SLOPES_START_AT_ONE
+    swapped = slopes(6, by_size=True)[[1, 0, 2, 3, 4, 5]]
+    for near_miss in (swapped, slopes(6, by_size=True) * 1.01, slopes(6, first_power=0) * 1.01):
+        assert diagnosis(near_miss) == ""
+    assert diagnosis(slopes(8)) == ""                  # a power of two: sorted is right

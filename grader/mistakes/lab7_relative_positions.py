@@ -70,7 +70,7 @@ def scores(q, k, q_positions, k_positions, base=10000.0, *, scaled=True, **switc
 
 
 def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, *, reverse=False, any_n=False,
-               alibi_per_key=False, **rope_switches):
+               by_size=False, first_power=1, alibi_per_key=False, **rope_switches):
     """The reference extrapolation_comparison with RoPE from ``scores`` above and ALiBi's
     slopes from ``slopes`` below (its "rope" and "alibi" entries, weights_past included, are
     what a student's own rope_scores and alibi_slopes make of them); alibi_per_key: ALiBi's
@@ -90,7 +90,8 @@ def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, *, reverse=Fa
     def rotary(positions):
         return scores(q, k, positions, positions, base, **rope_switches)
 
-    alibi_slope = slopes(num_heads, reverse=reverse, any_n=any_n).to(q.dtype).view(-1, 1, 1)
+    alibi_slope = slopes(num_heads, reverse=reverse, any_n=any_n, by_size=by_size,
+                         first_power=first_power).to(q.dtype).view(-1, 1, 1)
 
     def alibi(positions):
         if alibi_per_key:
@@ -107,14 +108,16 @@ def comparison(q, k, train_len, offset, num_heads=4, base=10000.0, *, reverse=Fa
     return {name: report[name] for name in ("sinusoidal", "learned", "rope", "alibi")}
 
 
-def slopes(num_heads, *, reverse=False, any_n=False):
+def slopes(num_heads, *, reverse=False, any_n=False, by_size=False, first_power=1):
     """alibi_slopes; reverse: the slopes in the opposite order (gentlest first); any_n: the
-    power-of-two formula 2 ** (-8 (h + 1) / n) for every n."""
+    power-of-two formula 2 ** (-8 (h + 1) / n) for every n; by_size: sorted steepest first
+    (the extra slopes of 2m among those of m, not after them); first_power 0: each geometric
+    sequence starts at 1, (2 ** (-8 / n)) ** h from h = 0, instead of at 2 ** (-8 / n)."""
     if num_heads < 1:
         raise ValueError(f"num_heads must be >= 1, got {num_heads}")
 
     def powers(n):
-        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+        return [2.0 ** (-8.0 * (h + first_power) / n) for h in range(n)]
 
     if any_n:
         values = powers(num_heads)
@@ -123,6 +126,8 @@ def slopes(num_heads, *, reverse=False, any_n=False):
         values = powers(m)
         if m < num_heads:
             values += powers(2 * m)[0::2][: num_heads - m]
+    if by_size:
+        values = sorted(values, reverse=True)
     if reverse:
         values = values[::-1]
     return torch.tensor(values, dtype=torch.float32)
@@ -229,6 +234,18 @@ def mistakes():
                     "Press et al. take the slopes of the largest power of two m below n, then "
                     "every other slope of 2m ([0::2]) until there are n",
                variants=alibi_variants(any_n=True)),
+        Replay(id="alibi_slopes_sorted", name="ALiBi slopes sorted by size",
+               hint="for n heads not a power of two Press et al. list first the slopes of "
+                    "m, the largest power of two below n, then the extra slopes of 2m "
+                    "([0::2]) after them; sorting them by size puts the extra ones among the "
+                    "others, so most heads get another head's slope",
+               variants=alibi_variants(by_size=True)),
+        Replay(id="alibi_slopes_start_at_one", name="ALiBi slopes start at 1",
+               hint="the geometric sequence starts at its ratio: head h (from 0) has slope "
+                    "(2 ** (-8 / n)) ** (h + 1), so the first head has 2 ** (-8 / n) and the "
+                    "last 2 ** -8 (with 8 heads 1/2 .. 1/256); raising it to h from 0 gives "
+                    "head 0 slope 1 and shifts every head by one step",
+               variants=alibi_variants(first_power=0)),
         Replay(id="alibi_bias_sign", name="ALiBi bias is a bonus, not a penalty",
                hint="the bias is -slope * distance: far keys lose score; with a plus sign far "
                     "keys win and attention drifts to the most distant tokens",
