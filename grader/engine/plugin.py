@@ -127,16 +127,23 @@ class GradingPlugin:
             return self._rubric_test(item).budget
         if name == "training_start":
             return self._training_start(lab_of(item))
+        if name == "module_gen":
+            # One stream for the whole module: inputs that several tests judge together.
+            return self._generator(item, item.nodeid.split("::", 1)[0] + "::(module)")
+        return self._generator(item, item.nodeid)
+
+    def _generator(self, item, key: str) -> torch.Generator:
+        """The inputs' generator of ``key`` (a test's node id) for ``item``'s visibility."""
         if self.secret and visibility_of(item) == "hidden":
             # This course's own inputs: a table leaked from another course scores nothing.
-            return torch.Generator().manual_seed(hidden_seed(self.secret, item.nodeid))
+            return torch.Generator().manual_seed(hidden_seed(self.secret, key))
         if self.graded:
             # This run's own inputs: a table leaked from another run's feedback (public
             # tests show the student's messages) scores nothing (grader.secret).
             return torch.Generator().manual_seed(
-                graded_public_seed(self.secret, item.nodeid, self._submission_digest()))
+                graded_public_seed(self.secret, key, self._submission_digest()))
         # crc32 of the node id, not hash(): the same inputs on every run and machine.
-        return torch.Generator().manual_seed(zlib.crc32(item.nodeid.encode()))
+        return torch.Generator().manual_seed(zlib.crc32(key.encode()))
 
     @pytest.fixture
     def student(self, request) -> StudentLab:
@@ -154,6 +161,13 @@ class GradingPlugin:
     @pytest.fixture
     def gen(self, request) -> torch.Generator:
         return self._value("gen", request.node)
+
+    @pytest.fixture
+    def module_gen(self, request) -> torch.Generator:
+        """``gen`` of the test's module rather than of the test: the same draws in every
+        test of the module that asks (lab 8's held-out sequences, which three tiers score:
+        one evaluation of the trained weights serves them all)."""
+        return self._value("module_gen", request.node)
 
     @pytest.fixture
     def training_start(self, request) -> int:

@@ -125,10 +125,12 @@ def _without_pad_after_eos(sd: dict, src: torch.Tensor, max_new_tokens: int) -> 
     return ys
 
 
-def _reverses(student, budget, gen, training_start, threshold: float) -> None:
+def _reverses(student, budget, module_gen, training_start, threshold: float) -> None:
+    """One tier: the held-out sequences are the module's (``module_gen``), the same in
+    every tier, so the tiers score one evaluation of the weights (memoized)."""
     trained = train_once(student, budget, training_start)
     assert_loads(trained["state_dict"])
-    src, tgt = heldout(gen)
+    src, tgt = heldout(module_gen)
     problems = training_problems(trained, src, tgt)
     fraction = exact_fraction(trained["state_dict"], src, tgt)
     saw = training_paragraph(trained, src, tgt, fraction)
@@ -146,17 +148,20 @@ def _reverses(student, budget, gen, training_start, threshold: float) -> None:
                        f"predicted) and the learning rate. {saw}")
 
 
-def test_trained_model_reverses_half_of_heldout(student, budget, gen, training_start):
+def test_trained_model_reverses_half_of_heldout(student, budget, module_gen,
+                                                training_start):
     """train()'s weights, under the reference's greedy decoding, reverse at least 50% of
     the grader's held-out sequences of 1-8 digits exactly."""
-    _reverses(student, budget, gen, training_start, 0.5)
+    _reverses(student, budget, module_gen, training_start, 0.5)
 
 
-def test_trained_model_reverses_80_percent_of_heldout(student, budget, gen, training_start):
+def test_trained_model_reverses_80_percent_of_heldout(student, budget, module_gen,
+                                                      training_start):
     """... at least 80% of the held-out sequences exactly."""
-    _reverses(student, budget, gen, training_start, 0.8)
+    _reverses(student, budget, module_gen, training_start, 0.8)
 
 
-def test_trained_model_reverses_95_percent_of_heldout(student, budget, gen, training_start):
+def test_trained_model_reverses_95_percent_of_heldout(student, budget, module_gen,
+                                                      training_start):
     """... at least 95% of the held-out sequences exactly."""
-    _reverses(student, budget, gen, training_start, 0.95)
+    _reverses(student, budget, module_gen, training_start, 0.95)
