@@ -41,6 +41,7 @@ class Measuring:
         if remaining <= 0:
             raise self._timeout(lab)
         worker = setup = call = None
+        self.end_student_workers()
         try:
             worker = self._spawn(lab, reference=reference)
             # Calls into other labs go to reference workers of this measurement's own, and

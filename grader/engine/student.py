@@ -195,6 +195,17 @@ class Session(WorkerLink, Measuring, Training, Relay):
         return None
 
 
+    def end_student_workers(self) -> None:
+        """Before a measured call or a training: no worker of the student's runs beside the
+        one measured. An idle one, alive, could do the call's work where nothing of the call
+        is read (atk_flock_relay_generate: byte-range locks on the submission's file, shared
+        by every worker, carried a recompute to the test's own worker, and both measured
+        calls showed none of it). Each is started again when next asked (planned calls sent
+        to one are sent again: ``Prefetcher.start_test``)."""
+        for worker in self.workers.values():
+            worker.kill()
+        self.workers.clear()
+
     def close(self) -> None:
         for worker in self.workers.values():
             worker.kill()

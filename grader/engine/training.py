@@ -38,6 +38,7 @@ class Training:
         Not ``measure``: that one maps every large allocation on its own for an exact
         memory peak, which slows a training loop, and a training is timed, not weighed."""
         worker = None
+        self.end_student_workers()
         try:
             # Known before the training starts: each reply tells the worker's clock what
             # moving the call's bytes is taken off (``_answer``).
