@@ -1030,8 +1030,9 @@ ANOTHER_STYLE = {
     "bug_alibi_bias_per_key": ("lab7_relative_positions", {
         "test_alibi_bias_matches_reference", "test_alibi_bias_more_queries_than_keys"},
         ALIBI_PER_KEY),
-    # theta rounded, the angles float64: only apply_rope far out fails (rope_scores sees
-    # position differences only, which keep it exact); it once had no diagnosis at all
+    # theta rounded, the angles float64: apply_rope far out fails; rope_scores far out
+    # fails too for some courses' hidden inputs (the rounding times the position), never
+    # without the same diagnosis (MAY_FAIL); it once had no diagnosis at all
     "bug_rope_theta_float32": ("lab7_relative_positions", {
         "test_apply_rope_float64_large_positions"}, ROPE_FLOAT32),
     # the public test's differences are float32-sized: once named "float64 results only
@@ -1043,11 +1044,19 @@ ANOTHER_STYLE = {
 }
 
 
+# Tests a fixture fails or passes by the course's hidden inputs (its secret: every clone
+# has its own); when one fails, it names the fixture's diagnosis all the same.
+MAY_FAIL = {"bug_rope_theta_float32": {"test_rope_scores_batched_positions_far_out"}}
+
+
 @pytest.mark.parametrize("fixture", sorted(ANOTHER_STYLE))
 def test_code_in_another_style_gets_the_whole_diagnosis(fixture, graded):
     lab, tests, diagnosis = ANOTHER_STYLE[fixture]
     result, _ = graded(fixture, (lab,))
     fails = {t.name: t.diagnosis for t in result.lab(lab).tests if not t.passed}
+    for name in MAY_FAIL.get(fixture, ()):
+        if name in fails:
+            tests = {*tests, name}
     assert fails == dict.fromkeys(tests, diagnosis)
 
 
