@@ -420,6 +420,21 @@ def test_a_worker_may_start_threads_but_no_process(zyg, scratch):
                    "thread": "started"}, got
 
 
+def test_no_worker_may_lock_a_file(zyg, scratch):
+    """A file every worker can open (its own lab file, a library) holds a lock table that
+    workers could talk through (atk_flock_relay_generate carried a recompute that way to
+    another worker): seccomp refuses flock and fcntl's record locks; other fcntl commands
+    still work."""
+    w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
+    try:
+        got = call(w, "file_locks", "/usr/lib/os-release" if os.path.exists(
+            "/usr/lib/os-release") else "/etc/os-release")
+    finally:
+        w.kill()
+    assert got == {"flock": "refused", "F_SETLK": "refused", "F_GETLK": "refused",
+                   "F_OFD_SETLK": "refused", "F_GETFD": "allowed"}, got
+
+
 def test_a_fork_bomb_starts_nothing(zyg, scratch):
     w = zyg.spawn(submission=scratch, lab=LAB, forbidden=[])
     try:

@@ -454,7 +454,7 @@ def map_large_allocations() -> bool:
 
 # System call numbers: x86_64 (asm/unistd_64.h) and the generic table (aarch64).
 _X86_64 = dict(
-    capset=126, socket=41, clone=56, fork=57, vfork=58, kill=62, ptrace=101, syslog=103, rt_sigqueueinfo=129,
+    capset=126, socket=41, clone=56, fork=57, vfork=58, fcntl=72, flock=73, kill=62, ptrace=101, syslog=103, rt_sigqueueinfo=129,
     pivot_root=155, chroot=161, acct=163, mount=165, umount2=166, swapon=167, swapoff=168,
     reboot=169, iopl=172, ioperm=173, init_module=175, delete_module=176, quotactl=179,
     tkill=200, lookup_dcookie=212, tgkill=234, kexec_load=246, add_key=248, request_key=249,
@@ -473,7 +473,7 @@ _GENERIC = dict(
     capset=91, lookup_dcookie=18, umount2=39, mount=40, pivot_root=41, chroot=51,
     quotactl=60, acct=89, unshare=97, kexec_load=104, init_module=105, delete_module=106,
     syslog=116, ptrace=117, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
-    reboot=142, socket=198, add_key=217, request_key=218, keyctl=219, clone=220, swapon=224,
+    fcntl=25, flock=32, reboot=142, socket=198, add_key=217, request_key=218, keyctl=219, clone=220, swapon=224,
     swapoff=225, rt_tgsigqueueinfo=240, perf_event_open=241, name_to_handle_at=264,
     open_by_handle_at=265, setns=268, process_vm_readv=270, process_vm_writev=271,
     finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294, pidfd_send_signal=424,
@@ -511,6 +511,10 @@ SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo
 _LD_W_ABS, _JEQ, _JSET, _RET = 0x20, 0x15, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16   # struct seccomp_data; arg0's low word (LE)
+_OFF_ARG1 = 24                              # arg1's low word
+# fcntl's record-lock commands (F_GETLK, F_SETLK, F_SETLKW and the open-file-description
+# ones): see seccomp_program.
+LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
 
 
 def _ins(code, k, jt=0, jf=0) -> bytes:
@@ -541,6 +545,15 @@ def seccomp_program(*, plain: bool, protected_pids: list[int]) -> list[bytes]:
     for name in ("fork", "vfork"):
         if name in nrs:
             prog += [_ins(_JEQ, nrs[name], 0, 1), _ins(_RET, eperm)]
+    # No file locks: the lock table of a file every worker can open (the submission's own,
+    # a library under /usr) is a channel between workers that a measured call could use to
+    # have its work done elsewhere (atk_flock_relay_generate); no lab needs a lock.
+    prog += [_ins(_JEQ, nrs["flock"], 0, 1), _ins(_RET, eperm)]
+    block = [_ins(_LD_W_ABS, _OFF_ARG1)]
+    for i, cmd in enumerate(LOCK_COMMANDS):
+        block.append(_ins(_JEQ, cmd, len(LOCK_COMMANDS) - i, 0))     # -> RET eperm
+    block += [_ins(_RET, _RET_ALLOW), _ins(_RET, eperm)]
+    prog += [_ins(_JEQ, nrs["fcntl"], 0, len(block))] + block
     prog += [_ins(_JEQ, nrs["clone"], 0, 6), _ins(_LD_W_ABS, _OFF_ARG0),
              _ins(_JSET, ALL_NAMESPACE_FLAGS, 0, 1), _ins(_RET, eperm),
              _ins(_JSET, CLONE_THREAD, 0, 1), _ins(_RET, _RET_ALLOW), _ins(_RET, eperm)]
